@@ -1,0 +1,210 @@
+//! The shared state of one actor incarnation: identity, mailbox, children and termination flag.
+//!
+//! A cell is what an [`crate::ActorRef`] points at. It outlives the actor's task for as long as
+//! refs exist, so a send to a stopped actor finds a closed mailbox and becomes a dead letter.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+use crate::dead_letter::{DeadLetter, DeadLetterReason};
+use crate::death_watch::Terminated;
+use crate::mailbox::{Mailbox, MailboxConfig, Refused};
+use crate::path::ActorPath;
+use crate::system::SystemShared;
+
+/// A process-unique identity of one actor incarnation. A new actor at a reused path gets a new
+/// id, so a `Terminated` for the old one is never mistaken for the new one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ActorId(pub(crate) u64);
+
+impl ActorId {
+    pub(crate) fn next() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        Self(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The raw number.
+    #[must_use]
+    pub fn as_u64(self) -> u64 {
+        self.0
+    }
+}
+
+/// A user-lane mailbox entry: a message, or a poison pill queued behind earlier messages.
+pub(crate) enum Envelope<M> {
+    Message {
+        message: M,
+        sender: Option<ActorPath>,
+    },
+    PoisonPill,
+}
+
+/// Messages the runtime sends to an actor; served before user messages.
+pub(crate) enum SystemMsg {
+    /// Stop after the current message.
+    Stop,
+    /// Deliver `Terminated` to this watcher when the actor terminates.
+    Watch(Arc<dyn AnyCell>),
+    /// Forget a watcher.
+    Unwatch(ActorId),
+    /// An actor this one watches has terminated.
+    Terminated(Terminated),
+    /// A child has terminated and left the children map.
+    ChildTerminated,
+    /// A child's failure escalated to this actor.
+    ChildFailed { child: ActorPath, cause: String },
+}
+
+/// The type-erased view of a cell that parents, watchers and the registry use.
+pub(crate) trait AnyCell: Send + Sync + 'static {
+    fn id(&self) -> ActorId;
+    fn path(&self) -> &ActorPath;
+    fn message_type(&self) -> &'static str;
+    fn send_system(&self, message: SystemMsg) -> Result<(), SystemMsg>;
+    fn children(&self) -> &Mutex<Children>;
+    fn mailbox_depth(&self) -> usize;
+    fn termination(&self) -> &Termination;
+    fn poison_pill(&self);
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
+}
+
+impl fmt::Debug for dyn AnyCell {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}#{}", self.path(), self.id().0)
+    }
+}
+
+/// The live children of an actor, by name. A name is taken from spawn until the child has
+/// fully terminated.
+#[derive(Default)]
+pub(crate) struct Children {
+    pub(crate) by_name: HashMap<String, Arc<dyn AnyCell>>,
+    /// Set once the actor begins to stop: no new children after that.
+    pub(crate) closed: bool,
+}
+
+/// Whether an actor has terminated, and a way to wait for it.
+#[derive(Default)]
+pub(crate) struct Termination {
+    done: AtomicBool,
+    notify: Notify,
+}
+
+impl Termination {
+    pub(crate) fn is_done(&self) -> bool {
+        self.done.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn mark_done(&self) {
+        self.done.store(true, Ordering::Release);
+        self.notify.notify_waiters();
+    }
+
+    pub(crate) async fn wait(&self) {
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_done() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+pub(crate) struct Cell<M> {
+    pub(crate) id: ActorId,
+    pub(crate) path: ActorPath,
+    pub(crate) mailbox: Mailbox<Envelope<M>, SystemMsg>,
+    pub(crate) system: Arc<SystemShared>,
+    pub(crate) children: Mutex<Children>,
+    pub(crate) termination: Termination,
+}
+
+impl<M: Send + 'static> Cell<M> {
+    pub(crate) fn new(path: ActorPath, config: MailboxConfig, system: Arc<SystemShared>) -> Self {
+        Self {
+            id: ActorId::next(),
+            path,
+            mailbox: Mailbox::new(config),
+            system,
+            children: Mutex::new(Children::default()),
+            termination: Termination::default(),
+        }
+    }
+
+    /// Enqueue a message; undeliverable ones are published as dead letters.
+    pub(crate) fn tell(&self, message: M, sender: Option<ActorPath>) {
+        if let Err(refused) = self.mailbox.push_user(Envelope::Message { message, sender }) {
+            self.dead_letter_refused(refused);
+        }
+    }
+
+    pub(crate) fn dead_letter_refused(&self, refused: Refused<Envelope<M>>) {
+        let (envelope, reason) = match refused {
+            Refused::Closed(envelope) => (envelope, DeadLetterReason::RecipientStopped),
+            Refused::Full(envelope) => (envelope, DeadLetterReason::MailboxFull),
+        };
+        self.dead_letter_envelope(envelope, reason);
+    }
+
+    pub(crate) fn dead_letter_envelope(&self, envelope: Envelope<M>, reason: DeadLetterReason) {
+        let (message_type, sender) = match envelope {
+            Envelope::Message { sender, .. } => (std::any::type_name::<M>(), sender),
+            Envelope::PoisonPill => ("troupe::PoisonPill", None),
+        };
+        self.system.dead_letters.publish(DeadLetter {
+            recipient: self.path.clone(),
+            sender,
+            message_type,
+            reason,
+        });
+    }
+}
+
+impl<M: Send + 'static> AnyCell for Cell<M> {
+    fn id(&self) -> ActorId {
+        self.id
+    }
+
+    fn path(&self) -> &ActorPath {
+        &self.path
+    }
+
+    fn message_type(&self) -> &'static str {
+        std::any::type_name::<M>()
+    }
+
+    fn send_system(&self, message: SystemMsg) -> Result<(), SystemMsg> {
+        self.mailbox.push_system(message)
+    }
+
+    fn children(&self) -> &Mutex<Children> {
+        &self.children
+    }
+
+    fn mailbox_depth(&self) -> usize {
+        self.mailbox.depth()
+    }
+
+    fn termination(&self) -> &Termination {
+        &self.termination
+    }
+
+    fn poison_pill(&self) {
+        if let Err(refused) = self.mailbox.push_user(Envelope::PoisonPill) {
+            self.dead_letter_refused(refused);
+        }
+    }
+
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
+}

@@ -1,0 +1,89 @@
+//! Dead letters: every message that could not be delivered, published on the event stream.
+//!
+//! Nothing is dropped silently. A message that cannot reach its recipient — the recipient has
+//! stopped, no actor lives at the path, a bounded mailbox is full, an ask's asker gave up, a router
+//! has no routees — becomes a [`DeadLetter`] event. Subscribe with
+//! `system.event_stream().subscribe::<DeadLetter>()`.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::event_stream::EventStream;
+use crate::path::ActorPath;
+
+/// A message that could not be delivered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// Where the message was going.
+    pub recipient: ActorPath,
+    /// Who sent it, when known.
+    pub sender: Option<ActorPath>,
+    /// The Rust type name of the message.
+    pub message_type: &'static str,
+    /// Why it was not delivered.
+    pub reason: DeadLetterReason,
+}
+
+/// Why a message became a dead letter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeadLetterReason {
+    /// The recipient had stopped (or was stopping) before it took the message.
+    RecipientStopped,
+    /// No actor lives at the recipient path.
+    UnknownRecipient,
+    /// The recipient's bounded mailbox was full.
+    MailboxFull,
+    /// An ask reply whose asker had already given up (timed out or dropped the request).
+    AskerGone,
+    /// A router had no routee to send it to.
+    NoRoutees,
+    /// Anything else, described.
+    Other(String),
+}
+
+impl fmt::Display for DeadLetterReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::RecipientStopped => f.write_str("recipient stopped"),
+            Self::UnknownRecipient => f.write_str("no actor at recipient path"),
+            Self::MailboxFull => f.write_str("recipient mailbox full"),
+            Self::AskerGone => f.write_str("asker no longer waiting"),
+            Self::NoRoutees => f.write_str("router has no routees"),
+            Self::Other(reason) => f.write_str(reason),
+        }
+    }
+}
+
+/// `system.dead_letters`: counts dead letters and publishes them on the event stream.
+#[derive(Debug)]
+pub struct DeadLetters {
+    events: EventStream,
+    count: AtomicU64,
+}
+
+impl DeadLetters {
+    pub(crate) fn new(events: EventStream) -> Self {
+        Self {
+            events,
+            count: AtomicU64::new(0),
+        }
+    }
+
+    /// Record and publish one dead letter.
+    pub fn publish(&self, dead_letter: DeadLetter) {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(
+            recipient = %dead_letter.recipient,
+            message_type = dead_letter.message_type,
+            reason = %dead_letter.reason,
+            "dead letter"
+        );
+        self.events.publish(dead_letter);
+    }
+
+    /// How many dead letters this system has published.
+    #[must_use]
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+}

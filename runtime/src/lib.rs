@@ -1,0 +1,64 @@
+//! Troupe's actor runtime: typed actors with supervision, death watch, dead letters, an event
+//! stream, measurable mailboxes and local routers — the base the cluster layers build on.
+//!
+//! ```no_run
+//! use troupe::{Actor, ActorError, ActorSystem, Context, Props, ReplyTo};
+//!
+//! struct Greeter;
+//!
+//! enum GreeterMsg {
+//!     /// Reply with a greeting for `name`.
+//!     Greet { name: String, reply: ReplyTo<String> },
+//! }
+//!
+//! impl Actor for Greeter {
+//!     type Msg = GreeterMsg;
+//!
+//!     async fn handle(&mut self, msg: GreeterMsg, _ctx: &mut Context<Self>) -> Result<(), ActorError> {
+//!         let GreeterMsg::Greet { name, reply } = msg;
+//!         reply.send(format!("hello, {name}"));
+//!         Ok(())
+//!     }
+//! }
+//!
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let system = ActorSystem::new("app")?;
+//! let greeter = system.spawn("greeter", Props::new(|| Greeter))?;
+//! let greeting = greeter.ask(|reply| GreeterMsg::Greet { name: "troupe".into(), reply }).await?;
+//! assert_eq!(greeting, "hello, troupe");
+//! system.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! The guarantees (ordering, delivery, supervision, dead letters) are written down once in
+//! `docs/runtime-semantics.md`.
+
+mod actor;
+mod actor_ref;
+mod ask;
+mod cell;
+mod context;
+mod dead_letter;
+mod death_watch;
+mod event_stream;
+mod mailbox;
+mod path;
+mod props;
+pub mod routing;
+mod supervision;
+mod system;
+mod task;
+
+pub use actor::{Actor, ActorError, Failure};
+pub use actor_ref::{ActorRef, AnyActorRef, SendError};
+pub use ask::{AskError, AskRequest, DEFAULT_ASK_TIMEOUT, ReplyTo};
+pub use cell::ActorId;
+pub use context::{Context, TimerHandle, Watchable};
+pub use dead_letter::{DeadLetter, DeadLetterReason, DeadLetters};
+pub use death_watch::Terminated;
+pub use event_stream::{EventStream, Subscription, SubscriptionId};
+pub use mailbox::{MailboxConfig, MailboxDepth};
+pub use path::{ActorPath, InvalidName, SCHEME, validate_name};
+pub use props::Props;
+pub use supervision::{Directive, RestartHistory, SupervisorStrategy, decide};
+pub use system::{ActorSystem, ResolveError, SpawnError, SystemError};

@@ -1,0 +1,10 @@
+//! Routing: the five strategies as pure selection logic, rendezvous hashing, and the local pool
+//! router. The cluster router (a later layer) reuses the same logic over remote routees.
+
+mod logic;
+mod pool;
+mod rendezvous;
+
+pub use logic::{RoutingLogic, RoutingStrategy, Selection, UnknownStrategy};
+pub use pool::{PoolRouter, PoolRouterConfig, RouterConfigError};
+pub use rendezvous::{rendezvous_pick, rendezvous_score, stable_hash};

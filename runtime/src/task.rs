@@ -1,0 +1,289 @@
+//! The task that runs one actor: its message loop, supervision and termination sequence.
+//!
+//! # Termination sequence
+//! 1. No more user messages are taken; new children are refused.
+//! 2. Every child is told to stop; the loop serves only system messages until all children
+//!    have terminated.
+//! 3. `post_stop` runs (a panic in it is logged, not propagated).
+//! 4. The mailbox closes: queued user messages become dead letters; watch requests that raced
+//!    the close are answered with `Terminated`.
+//! 5. Watchers receive `Terminated`; the actor leaves its parent's children (freeing the name)
+//!    and tells the parent; waiters on `terminated()` are released.
+
+use std::future::{Future, poll_fn};
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use futures_util::FutureExt;
+
+use crate::actor::{Actor, ActorError, Failure};
+use crate::cell::{AnyCell, Cell, Envelope, SystemMsg};
+use crate::context::Context;
+use crate::dead_letter::DeadLetterReason;
+use crate::death_watch::Terminated;
+use crate::mailbox::Next;
+use crate::props::Props;
+use crate::supervision::{Directive, RestartHistory, decide};
+
+async fn guarded<F>(future: F) -> Result<(), Failure>
+where
+    F: Future<Output = Result<(), ActorError>>,
+{
+    match AssertUnwindSafe(future).catch_unwind().await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(error)) => Err(Failure::Error(error)),
+        Err(panic) => Err(Failure::from_panic(panic)),
+    }
+}
+
+fn build<A: Actor>(props: &mut Props<A>) -> Result<A, Failure> {
+    std::panic::catch_unwind(AssertUnwindSafe(|| (props.factory)())).map_err(Failure::from_panic)
+}
+
+/// What the loop does after a failure was resolved.
+enum AfterFailure {
+    Continue,
+    Stop,
+}
+
+struct Runner<A: Actor> {
+    cell: Arc<Cell<A::Msg>>,
+    props: Props<A>,
+    parent: Option<Arc<dyn AnyCell>>,
+    guardian: bool,
+    ctx: Context<A>,
+    actor: Option<A>,
+    watchers: Vec<Arc<dyn AnyCell>>,
+    history: RestartHistory,
+    /// System messages that arrived while waiting for children during a restart.
+    deferred: std::collections::VecDeque<SystemMsg>,
+}
+
+pub(crate) async fn run<A: Actor>(
+    cell: Arc<Cell<A::Msg>>,
+    props: Props<A>,
+    parent: Option<Arc<dyn AnyCell>>,
+    guardian: bool,
+) {
+    let ctx = Context::new(Arc::clone(&cell));
+    let mut runner = Runner {
+        cell,
+        props,
+        parent,
+        guardian,
+        ctx,
+        actor: None,
+        watchers: Vec::new(),
+        history: RestartHistory::default(),
+        deferred: std::collections::VecDeque::new(),
+    };
+    runner.live().await;
+    runner.terminate().await;
+}
+
+impl<A: Actor> Runner<A> {
+    /// Start the actor and serve messages until it is to stop.
+    async fn live(&mut self) {
+        if let AfterFailure::Stop = self.start_instance().await {
+            return;
+        }
+        loop {
+            if self.ctx.stop_requested {
+                return;
+            }
+            if let Some(message) = self.deferred.pop_front() {
+                if let AfterFailure::Stop = self.on_system(message).await {
+                    return;
+                }
+                continue;
+            }
+            let next = poll_fn(|cx| self.cell.mailbox.poll_next(cx, true)).await;
+            let outcome = match next {
+                Next::User(Envelope::Message { message, sender }) => {
+                    self.ctx.sender = sender;
+                    let actor = self.actor.as_mut().expect("a live actor has an instance");
+                    let result = guarded(actor.handle(message, &mut self.ctx)).await;
+                    self.ctx.sender = None;
+                    match result {
+                        Ok(()) => AfterFailure::Continue,
+                        Err(failure) => self.on_failure(failure).await,
+                    }
+                }
+                Next::User(Envelope::PoisonPill) => AfterFailure::Stop,
+                Next::System(message) => self.on_system(message).await,
+            };
+            if let AfterFailure::Stop = outcome {
+                return;
+            }
+        }
+    }
+
+    /// Build an instance and run `pre_start`, resolving failures until one starts or the
+    /// supervisor gives up.
+    async fn start_instance(&mut self) -> AfterFailure {
+        loop {
+            let failure = match build(&mut self.props) {
+                Ok(actor) => {
+                    let actor = self.actor.insert(actor);
+                    match guarded(actor.pre_start(&mut self.ctx)).await {
+                        Ok(()) => return AfterFailure::Continue,
+                        Err(failure) => failure,
+                    }
+                }
+                Err(failure) => failure,
+            };
+            match self.resolve_failure(failure).await {
+                Some(Directive::Restart) => {}
+                _ => return AfterFailure::Stop,
+            }
+        }
+    }
+
+    async fn on_system(&mut self, message: SystemMsg) -> AfterFailure {
+        match message {
+            SystemMsg::Stop => AfterFailure::Stop,
+            SystemMsg::Watch(watcher) => {
+                if !self.watchers.iter().any(|w| w.id() == watcher.id()) {
+                    self.watchers.push(watcher);
+                }
+                AfterFailure::Continue
+            }
+            SystemMsg::Unwatch(id) => {
+                self.watchers.retain(|w| w.id() != id);
+                AfterFailure::Continue
+            }
+            SystemMsg::Terminated(terminated) => {
+                if !self.ctx.watching.remove(&terminated.id) {
+                    return AfterFailure::Continue;
+                }
+                let actor = self.actor.as_mut().expect("a live actor has an instance");
+                match guarded(actor.on_terminated(terminated, &mut self.ctx)).await {
+                    Ok(()) => AfterFailure::Continue,
+                    Err(failure) => self.on_failure(failure).await,
+                }
+            }
+            SystemMsg::ChildTerminated => AfterFailure::Continue,
+            SystemMsg::ChildFailed { child, cause } => {
+                if self.guardian {
+                    tracing::error!(%child, %cause, "top-level actor escalated a failure; it has stopped");
+                    return AfterFailure::Continue;
+                }
+                self.on_failure(Failure::Escalated { child, cause }).await
+            }
+        }
+    }
+
+    /// Apply the supervisor strategy to a failure of the running instance.
+    async fn on_failure(&mut self, failure: Failure) -> AfterFailure {
+        match self.resolve_failure(failure).await {
+            Some(Directive::Restart) => self.start_instance().await,
+            _ => AfterFailure::Stop,
+        }
+    }
+
+    /// Decide on a failure; for a restart, tear the old instance down first.
+    async fn resolve_failure(&mut self, failure: Failure) -> Option<Directive> {
+        let directive = decide(&self.props.supervisor, &mut self.history, tokio::time::Instant::now());
+        let path = self.cell.path.clone();
+        match directive {
+            Directive::Restart => {
+                tracing::warn!(actor = %path, %failure, restarts = self.history.len(), "actor failed; restarting");
+                self.stop_children(false).await;
+                if let Some(mut old) = self.actor.take() {
+                    if let Err(panic) = AssertUnwindSafe(old.post_stop(&mut self.ctx)).catch_unwind().await {
+                        tracing::error!(actor = %path, failure = %Failure::from_panic(panic), "post_stop panicked during restart");
+                    }
+                }
+                if self.ctx.stop_requested {
+                    return Some(Directive::Stop);
+                }
+            }
+            Directive::Stop => {
+                tracing::error!(actor = %path, %failure, "actor failed; stopping it");
+            }
+            Directive::Escalate => {
+                tracing::error!(actor = %path, %failure, "actor failed; escalating to its parent");
+                if let Some(parent) = &self.parent {
+                    let _ = parent.send_system(SystemMsg::ChildFailed {
+                        child: path.clone(),
+                        cause: failure.to_string(),
+                    });
+                }
+            }
+        }
+        Some(directive)
+    }
+
+    /// Tell every child to stop and serve system messages until all have terminated.
+    /// With `closing`, no child may be spawned afterwards.
+    async fn stop_children(&mut self, closing: bool) {
+        let children: Vec<Arc<dyn AnyCell>> = {
+            let mut children = self.cell.children.lock();
+            if closing {
+                children.closed = true;
+            }
+            children.by_name.values().cloned().collect()
+        };
+        for child in &children {
+            let _ = child.send_system(SystemMsg::Stop);
+        }
+        while !self.cell.children.lock().by_name.is_empty() {
+            let next = poll_fn(|cx| self.cell.mailbox.poll_next(cx, false)).await;
+            let Next::System(message) = next else {
+                unreachable!("only system messages are polled while stopping children")
+            };
+            match message {
+                SystemMsg::Stop => self.ctx.stop_requested = true,
+                SystemMsg::Watch(watcher) => self.watchers.push(watcher),
+                SystemMsg::Unwatch(id) => self.watchers.retain(|w| w.id() != id),
+                SystemMsg::ChildTerminated | SystemMsg::ChildFailed { .. } => {}
+                terminated @ SystemMsg::Terminated(_) => {
+                    if !closing {
+                        self.deferred.push_back(terminated);
+                    }
+                }
+            }
+        }
+    }
+
+    async fn terminate(&mut self) {
+        self.ctx.cancel_timers();
+        self.stop_children(true).await;
+        if let Some(mut actor) = self.actor.take()
+            && let Err(panic) = AssertUnwindSafe(actor.post_stop(&mut self.ctx)).catch_unwind().await
+        {
+            tracing::error!(actor = %self.cell.path, failure = %Failure::from_panic(panic), "post_stop panicked");
+        }
+        for envelope in self.cell.mailbox.close_user() {
+            self.cell
+                .dead_letter_envelope(envelope, DeadLetterReason::RecipientStopped);
+        }
+        for message in self.cell.mailbox.close_system() {
+            if let SystemMsg::Watch(watcher) = message {
+                self.watchers.push(watcher);
+            }
+        }
+        let terminated = Terminated {
+            path: self.cell.path.clone(),
+            id: self.cell.id,
+        };
+        for watcher in self.watchers.drain(..) {
+            let _ = watcher.send_system(SystemMsg::Terminated(terminated.clone()));
+        }
+        if let Some(parent) = self.parent.take() {
+            {
+                let mut children = parent.children().lock();
+                let name = self.cell.path.name();
+                if children
+                    .by_name
+                    .get(name)
+                    .is_some_and(|child| child.id() == self.cell.id)
+                {
+                    children.by_name.remove(name);
+                }
+            }
+            let _ = parent.send_system(SystemMsg::ChildTerminated);
+        }
+        self.cell.termination.mark_done();
+    }
+}
