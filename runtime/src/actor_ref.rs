@@ -101,8 +101,12 @@ impl<M: Send + 'static> ActorRef<M> {
             })
             .map_err(|refused| {
                 SendError(match refused {
-                    Refused::Closed(crate::cell::Envelope::Message { message, .. }) => Refused::Closed(message),
-                    Refused::Full(crate::cell::Envelope::Message { message, .. }) => Refused::Full(message),
+                    Refused::Closed(crate::cell::Envelope::Message { message, .. }) => {
+                        Refused::Closed(message)
+                    }
+                    Refused::Full(crate::cell::Envelope::Message { message, .. }) => {
+                        Refused::Full(message)
+                    }
                     _ => unreachable!("try_tell only enqueues messages"),
                 })
             })
@@ -154,7 +158,7 @@ impl<M: Send + 'static> ActorRef<M> {
     /// A handle that reads the current mailbox depth with one atomic load.
     #[must_use]
     pub fn mailbox_depth(&self) -> MailboxDepth {
-        self.cell.mailbox.depth_handle()
+        MailboxDepth::new(Arc::clone(&self.cell) as Arc<dyn crate::mailbox::DepthSource>)
     }
 
     /// Whether the actor has terminated.

@@ -14,7 +14,7 @@ use tokio::sync::Notify;
 
 use crate::dead_letter::{DeadLetter, DeadLetterReason};
 use crate::death_watch::Terminated;
-use crate::mailbox::{Mailbox, MailboxConfig, Refused};
+use crate::mailbox::{DepthSource, Mailbox, MailboxConfig, Refused};
 use crate::path::ActorPath;
 use crate::system::SystemShared;
 
@@ -142,7 +142,10 @@ impl<M: Send + 'static> Cell<M> {
 
     /// Enqueue a message; undeliverable ones are published as dead letters.
     pub(crate) fn tell(&self, message: M, sender: Option<ActorPath>) {
-        if let Err(refused) = self.mailbox.push_user(Envelope::Message { message, sender }) {
+        if let Err(refused) = self
+            .mailbox
+            .push_user(Envelope::Message { message, sender })
+        {
             self.dead_letter_refused(refused);
         }
     }
@@ -166,6 +169,12 @@ impl<M: Send + 'static> Cell<M> {
             message_type,
             reason,
         });
+    }
+}
+
+impl<M: Send + 'static> DepthSource for Cell<M> {
+    fn depth(&self) -> usize {
+        self.mailbox.depth()
     }
 }
 

@@ -103,7 +103,11 @@ impl<A: Actor> Context<A> {
 
     /// Spawn a child named `name`. The child stops when this actor stops, before this actor's
     /// `post_stop`.
-    pub fn spawn<B: Actor>(&mut self, name: &str, props: Props<B>) -> Result<ActorRef<B::Msg>, SpawnError> {
+    pub fn spawn<B: Actor>(
+        &mut self,
+        name: &str,
+        props: Props<B>,
+    ) -> Result<ActorRef<B::Msg>, SpawnError> {
         let parent: Arc<dyn AnyCell> = Arc::clone(&self.cell) as Arc<dyn AnyCell>;
         spawn_child(&parent, &self.cell.system, name, props)
     }
@@ -150,10 +154,13 @@ impl<A: Actor> Context<A> {
         let me: Arc<dyn AnyCell> = Arc::clone(&self.cell) as Arc<dyn AnyCell>;
         if target.cell.send_system(SystemMsg::Watch(me)).is_err() {
             // Already terminated: deliver through our own mailbox like any other Terminated.
-            let _ = self.cell.mailbox.push_system(SystemMsg::Terminated(Terminated {
-                path: target.path().clone(),
-                id: target.id(),
-            }));
+            let _ = self
+                .cell
+                .mailbox
+                .push_system(SystemMsg::Terminated(Terminated {
+                    path: target.path().clone(),
+                    id: target.id(),
+                }));
         }
     }
 

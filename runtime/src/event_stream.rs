@@ -66,10 +66,11 @@ impl EventStream {
 
     /// Deliver `event` to every subscriber of type `E`.
     pub fn publish<E: Clone + Send + Sync + 'static>(&self, event: E) {
-        let targets: Vec<(SubscriptionId, Deliver)> = match self.inner.subscribers.read().get(&TypeId::of::<E>()) {
-            Some(list) if !list.is_empty() => list.clone(),
-            _ => return,
-        };
+        let targets: Vec<(SubscriptionId, Deliver)> =
+            match self.inner.subscribers.read().get(&TypeId::of::<E>()) {
+                Some(list) if !list.is_empty() => list.clone(),
+                _ => return,
+            };
         let mut gone = Vec::new();
         for (id, deliver) in &targets {
             if !deliver(&event) {
@@ -171,7 +172,9 @@ pub struct Subscription<E> {
 
 impl<E> fmt::Debug for Subscription<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Subscription").field("id", &self.id).finish()
+        f.debug_struct("Subscription")
+            .field("id", &self.id)
+            .finish()
     }
 }
 

@@ -62,3 +62,8 @@ pub use path::{ActorPath, InvalidName, SCHEME, validate_name};
 pub use props::Props;
 pub use supervision::{Directive, RestartHistory, SupervisorStrategy, decide};
 pub use system::{ActorSystem, ResolveError, SpawnError, SystemError};
+
+/// The README's Rust examples compile and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;

@@ -1,34 +1,31 @@
-//! An actor's mailbox: a lock-free user queue, a small system queue that is served first, and a
-//! depth counter that anyone can read without sending a message.
+//! An actor's mailbox: a user lane and a system lane (served first) behind one short lock, and
+//! a depth counter that anyone can read without sending a message.
+//!
+//! # Why one lock and not a lock-free queue
+//! Lock-free MPSC queues pad their head and tail to cache lines (256 bytes per actor before a
+//! single message) and allocate blocks as they go. A `parking_lot` mutex around two `VecDeque`s
+//! costs one uncontended compare-and-swap per operation, allocates nothing until the first
+//! message, and makes closing exact: the close happens under the same lock as every push, so a
+//! message is either in the queue when it closes (and is drained as a dead letter) or handed back
+//! to its sender. The figures are in `docs/benchmarks.md`.
 //!
 //! # Depth
-//! The depth is one atomic word shared by senders and the actor. A sender reserves a slot by
-//! incrementing it before pushing, the actor decrements it after popping, so
+//! The number of queued user messages is mirrored in an atomic word on every push and pop, so
 //! [`MailboxDepth::get`] is a single relaxed load. The cluster router's depth agent reads it on a
-//! background tick; nothing on the message path pays for that.
-//!
-//! # Closing without losing anything
-//! The top bit of the depth word is the *closed* flag. A sender that sees it set gets its message
-//! back (it becomes a dead letter at the call site). The actor closes with one `fetch_or`, which
-//! also tells it exactly how many messages were admitted before the close; it drains precisely that
-//! many, waiting out a sender that reserved a slot but has not pushed yet. So every message is
-//! either processed, or handed back to its sender, or drained as a dead letter — never stranded.
+//! background tick; nothing on the message path pays for that beyond one store.
 //!
 //! # Bounded mailboxes
-//! A bounded mailbox refuses a message when the reserved count would exceed its capacity; the
-//! message comes back as [`Refused::Full`]. System messages (stop, watch, terminated) are never
-//! subject to the bound.
+//! A bounded mailbox refuses a user message when it holds `capacity` of them; the message comes
+//! back as [`Refused::Full`]. System messages (stop, watch, terminated) are never refused for
+//! capacity.
 
 use std::collections::VecDeque;
+use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::task::{Context, Poll};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll, Waker};
 
-use atomic_waker::AtomicWaker;
-use crossbeam_queue::SegQueue;
 use parking_lot::Mutex;
-
-const CLOSED: usize = 1 << (usize::BITS - 1);
 
 /// How many user messages a mailbox may hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -49,7 +46,7 @@ impl MailboxConfig {
 
     fn capacity(self) -> usize {
         match self {
-            Self::Unbounded => CLOSED - 1,
+            Self::Unbounded => usize::MAX,
             Self::Bounded(n) => n,
         }
     }
@@ -64,20 +61,33 @@ pub(crate) enum Refused<T> {
     Full(T),
 }
 
+/// Something whose mailbox depth can be read.
+pub(crate) trait DepthSource: Send + Sync {
+    fn depth(&self) -> usize;
+}
+
 /// A cheap handle to read an actor's current mailbox depth: one atomic load, no message.
-///
-/// It keeps only the counter alive, not the actor. After the actor stops it reads 0.
-#[derive(Clone, Debug)]
+/// After the actor stops it reads 0.
+#[derive(Clone)]
 pub struct MailboxDepth {
-    depth: Arc<AtomicUsize>,
+    source: Arc<dyn DepthSource>,
+}
+
+impl fmt::Debug for MailboxDepth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("MailboxDepth").field(&self.get()).finish()
+    }
 }
 
 impl MailboxDepth {
+    pub(crate) fn new(source: Arc<dyn DepthSource>) -> Self {
+        Self { source }
+    }
+
     /// The number of user messages queued and not yet taken by the actor.
     #[must_use]
     pub fn get(&self) -> usize {
-        let raw = self.depth.load(Ordering::Relaxed);
-        if raw & CLOSED != 0 { 0 } else { raw }
+        self.source.depth()
     }
 }
 
@@ -88,138 +98,99 @@ pub(crate) enum Next<U, S> {
 }
 
 pub(crate) struct Mailbox<U, S> {
-    user: SegQueue<U>,
-    depth: Arc<AtomicUsize>,
+    lanes: Mutex<Lanes<U, S>>,
+    depth: AtomicUsize,
     capacity: usize,
-    system: Mutex<SystemQueue<S>>,
-    system_pending: AtomicBool,
-    waker: AtomicWaker,
 }
 
-struct SystemQueue<S> {
-    queue: VecDeque<S>,
+struct Lanes<U, S> {
+    user: VecDeque<U>,
+    system: VecDeque<S>,
     closed: bool,
+    /// The actor's waker while it waits for a message.
+    waker: Option<Waker>,
 }
 
 impl<U, S> Mailbox<U, S> {
     pub(crate) fn new(config: MailboxConfig) -> Self {
         Self {
-            user: SegQueue::new(),
-            depth: Arc::new(AtomicUsize::new(0)),
-            capacity: config.capacity(),
-            system: Mutex::new(SystemQueue {
-                queue: VecDeque::new(),
+            lanes: Mutex::new(Lanes {
+                user: VecDeque::new(),
+                system: VecDeque::new(),
                 closed: false,
+                waker: None,
             }),
-            system_pending: AtomicBool::new(false),
-            waker: AtomicWaker::new(),
-        }
-    }
-
-    pub(crate) fn depth_handle(&self) -> MailboxDepth {
-        MailboxDepth {
-            depth: Arc::clone(&self.depth),
+            depth: AtomicUsize::new(0),
+            capacity: config.capacity(),
         }
     }
 
     pub(crate) fn depth(&self) -> usize {
-        let raw = self.depth.load(Ordering::Relaxed);
-        if raw & CLOSED != 0 { 0 } else { raw }
+        self.depth.load(Ordering::Relaxed)
     }
 
     /// Enqueue a user message, or give it back.
     pub(crate) fn push_user(&self, message: U) -> Result<(), Refused<U>> {
-        let before = self.depth.fetch_add(1, Ordering::AcqRel);
-        if before & CLOSED != 0 {
-            self.depth.fetch_sub(1, Ordering::AcqRel);
-            return Err(Refused::Closed(message));
+        let waker = {
+            let mut lanes = self.lanes.lock();
+            if lanes.closed {
+                return Err(Refused::Closed(message));
+            }
+            if lanes.user.len() >= self.capacity {
+                return Err(Refused::Full(message));
+            }
+            lanes.user.push_back(message);
+            self.depth.store(lanes.user.len(), Ordering::Relaxed);
+            lanes.waker.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
         }
-        if before >= self.capacity {
-            self.depth.fetch_sub(1, Ordering::AcqRel);
-            return Err(Refused::Full(message));
-        }
-        self.user.push(message);
-        self.waker.wake();
         Ok(())
     }
 
     /// Enqueue a system message, or give it back when the actor has terminated.
     pub(crate) fn push_system(&self, message: S) -> Result<(), S> {
-        {
-            let mut system = self.system.lock();
-            if system.closed {
+        let waker = {
+            let mut lanes = self.lanes.lock();
+            if lanes.closed {
                 return Err(message);
             }
-            system.queue.push_back(message);
-            self.system_pending.store(true, Ordering::Release);
+            lanes.system.push_back(message);
+            lanes.waker.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
         }
-        self.waker.wake();
         Ok(())
-    }
-
-    fn pop_system(&self) -> Option<S> {
-        if !self.system_pending.load(Ordering::Acquire) {
-            return None;
-        }
-        let mut system = self.system.lock();
-        let next = system.queue.pop_front();
-        if system.queue.is_empty() {
-            self.system_pending.store(false, Ordering::Release);
-        }
-        next
-    }
-
-    fn pop_user(&self) -> Option<U> {
-        let message = self.user.pop()?;
-        self.depth.fetch_sub(1, Ordering::AcqRel);
-        Some(message)
     }
 
     /// Take the next message, system messages first; with `user_too == false` only system ones.
     pub(crate) fn poll_next(&self, cx: &mut Context<'_>, user_too: bool) -> Poll<Next<U, S>> {
-        for attempt in 0..2 {
-            if let Some(message) = self.pop_system() {
-                return Poll::Ready(Next::System(message));
-            }
-            if user_too {
-                if let Some(message) = self.pop_user() {
-                    return Poll::Ready(Next::User(message));
-                }
-            }
-            if attempt == 0 {
-                // Register before the second look, so a push between the two looks wakes us.
-                self.waker.register(cx.waker());
-            }
+        let mut lanes = self.lanes.lock();
+        if let Some(message) = lanes.system.pop_front() {
+            return Poll::Ready(Next::System(message));
+        }
+        if user_too && let Some(message) = lanes.user.pop_front() {
+            self.depth.store(lanes.user.len(), Ordering::Relaxed);
+            return Poll::Ready(Next::User(message));
+        }
+        match &lanes.waker {
+            Some(waker) if waker.will_wake(cx.waker()) => {}
+            _ => lanes.waker = Some(cx.waker().clone()),
         }
         Poll::Pending
     }
 
-    /// Close the user queue and hand back every message admitted before the close, in order.
-    pub(crate) fn close_user(&self) -> Vec<U> {
-        let before = self.depth.fetch_or(CLOSED, Ordering::AcqRel);
-        let mut admitted = before & !CLOSED;
-        let mut drained = Vec::with_capacity(admitted);
-        while admitted > 0 {
-            match self.user.pop() {
-                Some(message) => {
-                    drained.push(message);
-                    admitted -= 1;
-                }
-                // A sender reserved its slot and is between the reservation and the push.
-                None => std::thread::yield_now(),
-            }
-        }
-        // Leave the depth at exactly CLOSED so late senders still back out symmetrically.
-        self.depth.fetch_sub(before & !CLOSED, Ordering::AcqRel);
-        drained
-    }
-
-    /// Close the system queue and hand back whatever is still in it.
-    pub(crate) fn close_system(&self) -> Vec<S> {
-        let mut system = self.system.lock();
-        system.closed = true;
-        self.system_pending.store(false, Ordering::Release);
-        system.queue.drain(..).collect()
+    /// Close both lanes and hand back everything still queued, each lane in order.
+    pub(crate) fn close(&self) -> (Vec<U>, Vec<S>) {
+        let mut lanes = self.lanes.lock();
+        lanes.closed = true;
+        lanes.waker = None;
+        self.depth.store(0, Ordering::Relaxed);
+        let user = std::mem::take(&mut lanes.user).into();
+        let system = std::mem::take(&mut lanes.system).into();
+        (user, system)
     }
 }
 
@@ -242,15 +213,15 @@ mod tests {
     #[test]
     fn depth_counts_queued_messages_and_reads_zero_after_close() {
         let mailbox: Mailbox<u32, ()> = Mailbox::new(MailboxConfig::Unbounded);
-        let depth = mailbox.depth_handle();
         for i in 0..5 {
             mailbox.push_user(i).unwrap();
         }
-        assert_eq!(depth.get(), 5);
-        let drained = mailbox.close_user();
+        assert_eq!(mailbox.depth(), 5);
+        let (drained, _) = mailbox.close();
         assert_eq!(drained, vec![0, 1, 2, 3, 4]);
-        assert_eq!(depth.get(), 0);
+        assert_eq!(mailbox.depth(), 0);
         assert!(matches!(mailbox.push_user(9), Err(Refused::Closed(9))));
+        assert!(mailbox.push_system(()).is_err());
     }
 
     #[test]
@@ -260,6 +231,8 @@ mod tests {
         mailbox.push_user(2).unwrap();
         assert!(matches!(mailbox.push_user(3), Err(Refused::Full(3))));
         assert_eq!(mailbox.depth(), 2);
+        // System messages are never refused for capacity.
+        assert!(mailbox.push_system(()).is_ok());
     }
 
     #[test]
@@ -280,13 +253,15 @@ mod tests {
                     })
                 })
                 .collect();
+            let waker = Waker::noop();
+            let mut cx = Context::from_waker(waker);
             let mut taken = 0usize;
             for _ in 0..500 {
-                if mailbox.pop_user().is_some() {
+                if let Poll::Ready(Next::User(_)) = mailbox.poll_next(&mut cx, true) {
                     taken += 1;
                 }
             }
-            let drained = mailbox.close_user().len();
+            let drained = mailbox.close().0.len();
             for sender in senders {
                 sender.join().unwrap();
             }

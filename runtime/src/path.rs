@@ -5,17 +5,12 @@ use std::sync::Arc;
 
 /// Where an actor lives: its system and its slash-separated path from the root.
 ///
-/// Cheap to clone (one reference count). Two paths are equal when system and elements match;
+/// Cheap to clone (two reference counts). Two paths are equal when system and elements match;
 /// a restarted actor at the same path has the same path but a different [`crate::ActorId`].
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ActorPath {
-    inner: Arc<PathInner>,
-}
-
-#[derive(PartialEq, Eq, Hash, PartialOrd, Ord)]
-struct PathInner {
     system: Arc<str>,
-    elements: String,
+    elements: Arc<str>,
 }
 
 /// The URI scheme of actor paths.
@@ -24,57 +19,49 @@ pub const SCHEME: &str = "troupe";
 impl ActorPath {
     pub(crate) fn root(system: Arc<str>) -> Self {
         Self {
-            inner: Arc::new(PathInner {
-                system,
-                elements: String::new(),
-            }),
+            system,
+            elements: Arc::from(""),
         }
     }
 
     pub(crate) fn child(&self, name: &str) -> Self {
-        let mut elements = String::with_capacity(self.inner.elements.len() + 1 + name.len());
-        elements.push_str(&self.inner.elements);
+        let mut elements = String::with_capacity(self.elements.len() + 1 + name.len());
+        elements.push_str(&self.elements);
         elements.push('/');
         elements.push_str(name);
         Self {
-            inner: Arc::new(PathInner {
-                system: Arc::clone(&self.inner.system),
-                elements,
-            }),
+            system: Arc::clone(&self.system),
+            elements: Arc::from(elements),
         }
     }
 
     /// The path `/<name>` directly under the root of the same system.
     pub(crate) fn root_child(&self, name: &str) -> Self {
-        Self::root(Arc::clone(&self.inner.system)).child(name)
+        Self::root(Arc::clone(&self.system)).child(name)
     }
 
     /// The name of the actor system this path belongs to.
     #[must_use]
     pub fn system(&self) -> &str {
-        &self.inner.system
+        &self.system
     }
 
     /// The path below the root, such as `/user/worker` (empty for the root itself).
     #[must_use]
     pub fn elements(&self) -> &str {
-        &self.inner.elements
+        &self.elements
     }
 
     /// The last element, such as `worker`.
     #[must_use]
     pub fn name(&self) -> &str {
-        self.inner
-            .elements
-            .rsplit('/')
-            .next()
-            .unwrap_or_default()
+        self.elements.rsplit('/').next().unwrap_or_default()
     }
 }
 
 impl fmt::Display for ActorPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{SCHEME}://{}{}", self.inner.system, self.inner.elements)
+        write!(f, "{SCHEME}://{}{}", self.system, self.elements)
     }
 }
 
@@ -91,7 +78,9 @@ pub enum InvalidName {
     #[error("actor name must not be empty")]
     Empty,
     /// The name contains a character that has a meaning in paths.
-    #[error("actor name {name:?} contains {found:?}; names may not contain '/', '#', '?' or whitespace")]
+    #[error(
+        "actor name {name:?} contains {found:?}; names may not contain '/', '#', '?' or whitespace"
+    )]
     ReservedCharacter {
         /// The rejected name.
         name: String,
@@ -173,10 +162,7 @@ mod tests {
 
     #[test]
     fn parse_accepts_plain_and_full_paths_and_rejects_empty_elements() {
-        assert_eq!(
-            parse("/user/a"),
-            Some((None, vec!["user", "a"]))
-        );
+        assert_eq!(parse("/user/a"), Some((None, vec!["user", "a"])));
         assert_eq!(
             parse("troupe://app/user/a"),
             Some((Some("app"), vec!["user", "a"]))

@@ -112,7 +112,11 @@ impl RestartHistory {
 ///
 /// Pure apart from the history it updates: no clock is read, so it is tested without time.
 #[must_use]
-pub fn decide(strategy: &SupervisorStrategy, history: &mut RestartHistory, now: Instant) -> Directive {
+pub fn decide(
+    strategy: &SupervisorStrategy,
+    history: &mut RestartHistory,
+    now: Instant,
+) -> Directive {
     match strategy.directive {
         Directive::Stop => Directive::Stop,
         Directive::Escalate => Directive::Escalate,
@@ -141,21 +145,32 @@ mod tests {
 
     #[test]
     fn budget_exhaustion_stops_instead_of_restarting() {
-        let strategy = SupervisorStrategy::restart().with_restart_budget(2, Duration::from_secs(10));
+        let strategy =
+            SupervisorStrategy::restart().with_restart_budget(2, Duration::from_secs(10));
         let mut history = RestartHistory::default();
         let t0 = Instant::now();
         assert_eq!(decide(&strategy, &mut history, t0), Directive::Restart);
-        assert_eq!(decide(&strategy, &mut history, t0 + Duration::from_secs(1)), Directive::Restart);
-        assert_eq!(decide(&strategy, &mut history, t0 + Duration::from_secs(2)), Directive::Stop);
+        assert_eq!(
+            decide(&strategy, &mut history, t0 + Duration::from_secs(1)),
+            Directive::Restart
+        );
+        assert_eq!(
+            decide(&strategy, &mut history, t0 + Duration::from_secs(2)),
+            Directive::Stop
+        );
     }
 
     #[test]
     fn restarts_outside_the_window_no_longer_count() {
-        let strategy = SupervisorStrategy::restart().with_restart_budget(1, Duration::from_secs(10));
+        let strategy =
+            SupervisorStrategy::restart().with_restart_budget(1, Duration::from_secs(10));
         let mut history = RestartHistory::default();
         let t0 = Instant::now();
         assert_eq!(decide(&strategy, &mut history, t0), Directive::Restart);
-        assert_eq!(decide(&strategy, &mut history, t0 + Duration::from_secs(10)), Directive::Restart);
+        assert_eq!(
+            decide(&strategy, &mut history, t0 + Duration::from_secs(10)),
+            Directive::Restart
+        );
     }
 
     proptest! {

@@ -83,7 +83,9 @@ pub enum SystemError {
         name: String,
     },
     /// There is no tokio runtime to run actors on.
-    #[error("an actor system must be created inside a tokio runtime (none is running on this thread)")]
+    #[error(
+        "an actor system must be created inside a tokio runtime (none is running on this thread)"
+    )]
     NoRuntime,
 }
 
@@ -94,7 +96,9 @@ pub enum SpawnError {
     #[error(transparent)]
     InvalidName(#[from] InvalidName),
     /// A live sibling already has the name.
-    #[error("{parent} already has a live child named {name:?}; choose another name or wait for it to terminate")]
+    #[error(
+        "{parent} already has a live child named {name:?}; choose another name or wait for it to terminate"
+    )]
     NameTaken {
         /// The parent's path.
         parent: ActorPath,
@@ -115,7 +119,9 @@ pub enum SpawnError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ResolveError {
     /// The string is not an actor path.
-    #[error("{path:?} is not an actor path: expected /user/<name>/... or troupe://<system>/user/<name>/...")]
+    #[error(
+        "{path:?} is not an actor path: expected /user/<name>/... or troupe://<system>/user/<name>/..."
+    )]
     Malformed {
         /// The rejected string.
         path: String,
@@ -231,16 +237,29 @@ impl ActorSystem {
     }
 
     /// Spawn a top-level actor at `/user/<name>`.
-    pub fn spawn<A: Actor>(&self, name: &str, props: Props<A>) -> Result<ActorRef<A::Msg>, SpawnError> {
+    pub fn spawn<A: Actor>(
+        &self,
+        name: &str,
+        props: Props<A>,
+    ) -> Result<ActorRef<A::Msg>, SpawnError> {
         self.spawn_under(true, name, props)
     }
 
     /// Spawn a runtime actor at `/system/<name>`.
-    pub fn spawn_system<A: Actor>(&self, name: &str, props: Props<A>) -> Result<ActorRef<A::Msg>, SpawnError> {
+    pub fn spawn_system<A: Actor>(
+        &self,
+        name: &str,
+        props: Props<A>,
+    ) -> Result<ActorRef<A::Msg>, SpawnError> {
         self.spawn_under(false, name, props)
     }
 
-    fn spawn_under<A: Actor>(&self, user: bool, name: &str, props: Props<A>) -> Result<ActorRef<A::Msg>, SpawnError> {
+    fn spawn_under<A: Actor>(
+        &self,
+        user: bool,
+        name: &str,
+        props: Props<A>,
+    ) -> Result<ActorRef<A::Msg>, SpawnError> {
         let Some(parent) = self.guardian(user) else {
             validate_name(name)?;
             return Err(SpawnError::ParentStopped {
@@ -290,11 +309,12 @@ impl ActorSystem {
     /// Find the live actor at `path` and check that it takes messages of type `M`.
     pub fn resolve<M: Send + 'static>(&self, path: &str) -> Result<ActorRef<M>, ResolveError> {
         let any = self.resolve_any(path)?;
-        any.downcast::<M>().ok_or_else(|| ResolveError::WrongMessageType {
-            path: any.path().to_string(),
-            expected: std::any::type_name::<M>(),
-            actual: any.message_type(),
-        })
+        any.downcast::<M>()
+            .ok_or_else(|| ResolveError::WrongMessageType {
+                path: any.path().to_string(),
+                expected: std::any::type_name::<M>(),
+                actual: any.message_type(),
+            })
     }
 
     /// Send to the actor at `path`; if none lives there (or it takes another type) the message
@@ -346,7 +366,11 @@ impl ActorSystem {
             let notified = self.shared.terminated.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if self.shared.is_terminated.load(std::sync::atomic::Ordering::Acquire) {
+            if self
+                .shared
+                .is_terminated
+                .load(std::sync::atomic::Ordering::Acquire)
+            {
                 return;
             }
             notified.await;
@@ -385,8 +409,11 @@ pub(crate) fn spawn_child<A: Actor>(
             .by_name
             .insert(name.to_owned(), Arc::clone(&cell) as Arc<dyn AnyCell>);
     }
-    system
-        .runtime
-        .spawn(task::run(Arc::clone(&cell), props, Some(Arc::clone(parent)), false));
+    system.runtime.spawn(task::run(
+        Arc::clone(&cell),
+        props,
+        Some(Arc::clone(parent)),
+        false,
+    ));
     Ok(ActorRef { cell })
 }

@@ -46,6 +46,13 @@ enum AfterFailure {
     Stop,
 }
 
+#[derive(Default)]
+struct Rare {
+    history: RestartHistory,
+    /// System messages that arrived while waiting for children during a restart.
+    deferred: std::collections::VecDeque<SystemMsg>,
+}
+
 struct Runner<A: Actor> {
     cell: Arc<Cell<A::Msg>>,
     props: Props<A>,
@@ -54,17 +61,16 @@ struct Runner<A: Actor> {
     ctx: Context<A>,
     actor: Option<A>,
     watchers: Vec<Arc<dyn AnyCell>>,
-    history: RestartHistory,
-    /// System messages that arrived while waiting for children during a restart.
-    deferred: std::collections::VecDeque<SystemMsg>,
+    /// State only failures need; boxed on first use so an idle actor stays small.
+    rare: Option<Box<Rare>>,
 }
 
-pub(crate) async fn run<A: Actor>(
+pub(crate) fn run<A: Actor>(
     cell: Arc<Cell<A::Msg>>,
     props: Props<A>,
     parent: Option<Arc<dyn AnyCell>>,
     guardian: bool,
-) {
+) -> impl Future<Output = ()> + Send {
     let ctx = Context::new(Arc::clone(&cell));
     let mut runner = Runner {
         cell,
@@ -74,25 +80,32 @@ pub(crate) async fn run<A: Actor>(
         ctx,
         actor: None,
         watchers: Vec::new(),
-        history: RestartHistory::default(),
-        deferred: std::collections::VecDeque::new(),
+        rare: None,
     };
-    runner.live().await;
-    runner.terminate().await;
+    // An async block, not an `async fn(self)`: the latter would store the runner twice.
+    async move {
+        runner.live().await;
+        Box::pin(runner.terminate()).await;
+    }
 }
 
 impl<A: Actor> Runner<A> {
     /// Start the actor and serve messages until it is to stop.
     async fn live(&mut self) {
-        if let AfterFailure::Stop = self.start_instance().await {
+        // Rare paths are boxed so the actor's task stays small while it idles.
+        if let AfterFailure::Stop = Box::pin(self.start_instance()).await {
             return;
         }
         loop {
             if self.ctx.stop_requested {
                 return;
             }
-            if let Some(message) = self.deferred.pop_front() {
-                if let AfterFailure::Stop = self.on_system(message).await {
+            if let Some(message) = self
+                .rare
+                .as_mut()
+                .and_then(|rare| rare.deferred.pop_front())
+            {
+                if let AfterFailure::Stop = Box::pin(self.on_system(message)).await {
                     return;
                 }
                 continue;
@@ -106,11 +119,11 @@ impl<A: Actor> Runner<A> {
                     self.ctx.sender = None;
                     match result {
                         Ok(()) => AfterFailure::Continue,
-                        Err(failure) => self.on_failure(failure).await,
+                        Err(failure) => Box::pin(self.on_failure(failure)).await,
                     }
                 }
                 Next::User(Envelope::PoisonPill) => AfterFailure::Stop,
-                Next::System(message) => self.on_system(message).await,
+                Next::System(message) => Box::pin(self.on_system(message)).await,
             };
             if let AfterFailure::Stop = outcome {
                 return;
@@ -183,14 +196,23 @@ impl<A: Actor> Runner<A> {
 
     /// Decide on a failure; for a restart, tear the old instance down first.
     async fn resolve_failure(&mut self, failure: Failure) -> Option<Directive> {
-        let directive = decide(&self.props.supervisor, &mut self.history, tokio::time::Instant::now());
+        let rare = self.rare.get_or_insert_with(Box::default);
+        let directive = decide(
+            &self.props.supervisor,
+            &mut rare.history,
+            tokio::time::Instant::now(),
+        );
+        let restarts = rare.history.len();
         let path = self.cell.path.clone();
         match directive {
             Directive::Restart => {
-                tracing::warn!(actor = %path, %failure, restarts = self.history.len(), "actor failed; restarting");
+                tracing::warn!(actor = %path, %failure, restarts, "actor failed; restarting");
                 self.stop_children(false).await;
                 if let Some(mut old) = self.actor.take() {
-                    if let Err(panic) = AssertUnwindSafe(old.post_stop(&mut self.ctx)).catch_unwind().await {
+                    if let Err(panic) = AssertUnwindSafe(old.post_stop(&mut self.ctx))
+                        .catch_unwind()
+                        .await
+                    {
                         tracing::error!(actor = %path, failure = %Failure::from_panic(panic), "post_stop panicked during restart");
                     }
                 }
@@ -239,7 +261,10 @@ impl<A: Actor> Runner<A> {
                 SystemMsg::ChildTerminated | SystemMsg::ChildFailed { .. } => {}
                 terminated @ SystemMsg::Terminated(_) => {
                     if !closing {
-                        self.deferred.push_back(terminated);
+                        self.rare
+                            .get_or_insert_with(Box::default)
+                            .deferred
+                            .push_back(terminated);
                     }
                 }
             }
@@ -250,15 +275,18 @@ impl<A: Actor> Runner<A> {
         self.ctx.cancel_timers();
         self.stop_children(true).await;
         if let Some(mut actor) = self.actor.take()
-            && let Err(panic) = AssertUnwindSafe(actor.post_stop(&mut self.ctx)).catch_unwind().await
+            && let Err(panic) = AssertUnwindSafe(actor.post_stop(&mut self.ctx))
+                .catch_unwind()
+                .await
         {
             tracing::error!(actor = %self.cell.path, failure = %Failure::from_panic(panic), "post_stop panicked");
         }
-        for envelope in self.cell.mailbox.close_user() {
+        let (queued, system) = self.cell.mailbox.close();
+        for envelope in queued {
             self.cell
                 .dead_letter_envelope(envelope, DeadLetterReason::RecipientStopped);
         }
-        for message in self.cell.mailbox.close_system() {
+        for message in system {
             if let SystemMsg::Watch(watcher) = message {
                 self.watchers.push(watcher);
             }
@@ -285,5 +313,39 @@ impl<A: Actor> Runner<A> {
             let _ = parent.send_system(SystemMsg::ChildTerminated);
         }
         self.cell.termination.mark_done();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::{Actor, ActorError, ActorSystem, Context, MailboxConfig, Props};
+
+    struct Idle;
+
+    impl Actor for Idle {
+        type Msg = ();
+
+        async fn handle(&mut self, _msg: (), _ctx: &mut Context<Self>) -> Result<(), ActorError> {
+            Ok(())
+        }
+    }
+
+    /// Memory per idle actor is a published target (under 1 KiB); the task and the cell are
+    /// most of it, so a regression here shows up before any benchmark runs.
+    #[tokio::test]
+    async fn an_idle_actor_task_and_cell_stay_small() {
+        let system = ActorSystem::new("sizes").unwrap();
+        let cell = Arc::new(crate::cell::Cell::<()>::new(
+            system.shared.root.child("idle"),
+            MailboxConfig::Unbounded,
+            Arc::clone(&system.shared),
+        ));
+        let task = super::run(cell, Props::new(|| Idle), None, false);
+        let task_bytes = std::mem::size_of_val(&task);
+        let cell_bytes = std::mem::size_of::<crate::cell::Cell<()>>();
+        assert!(task_bytes <= 512, "actor task future is {task_bytes} bytes");
+        assert!(cell_bytes <= 320, "actor cell is {cell_bytes} bytes");
     }
 }

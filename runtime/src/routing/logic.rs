@@ -61,7 +61,9 @@ impl fmt::Display for RoutingStrategy {
 
 /// A strategy name that is not one of the five.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown routing strategy {0:?}; expected one of round-robin, random, consistent-hashing, smallest-mailbox, broadcast")]
+#[error(
+    "unknown routing strategy {0:?}; expected one of round-robin, random, consistent-hashing, smallest-mailbox, broadcast"
+)]
 pub struct UnknownStrategy(pub String);
 
 impl FromStr for RoutingStrategy {
@@ -178,14 +180,15 @@ mod tests {
     fn round_robin_cycles_in_order_and_stays_in_range_after_a_shrink() {
         let mut logic = RoutingLogic::new(RoutingStrategy::RoundRobin, 1);
         let four = ids(4);
-        let picks: Vec<_> = (0..6).map(|_| pick(&mut logic, &four, &[None; 4])).collect();
-        assert_eq!(
-            picks,
-            [0, 1, 2, 3, 0, 1].map(Selection::One).to_vec()
-        );
+        let picks: Vec<_> = (0..6)
+            .map(|_| pick(&mut logic, &four, &[None; 4]))
+            .collect();
+        assert_eq!(picks, [0, 1, 2, 3, 0, 1].map(Selection::One).to_vec());
         let two = ids(2);
         for _ in 0..5 {
-            let Selection::One(i) = pick(&mut logic, &two, &[None; 2]) else { panic!() };
+            let Selection::One(i) = pick(&mut logic, &two, &[None; 2]) else {
+                panic!()
+            };
             assert!(i < 2);
         }
     }
@@ -195,10 +198,18 @@ mod tests {
         let mut logic = RoutingLogic::new(RoutingStrategy::SmallestMailbox, 1);
         let three = ids(3);
         // Routee 0 is silent (it may be the struggling one); 2 is shallower than 1.
-        assert_eq!(pick(&mut logic, &three, &[None, Some(5), Some(1)]), Selection::One(2));
-        assert_eq!(pick(&mut logic, &three, &[None, Some(0), Some(1)]), Selection::One(1));
+        assert_eq!(
+            pick(&mut logic, &three, &[None, Some(5), Some(1)]),
+            Selection::One(2)
+        );
+        assert_eq!(
+            pick(&mut logic, &three, &[None, Some(0), Some(1)]),
+            Selection::One(1)
+        );
         let mut cold = RoutingLogic::new(RoutingStrategy::SmallestMailbox, 1);
-        let picks: Vec<_> = (0..3).map(|_| pick(&mut cold, &three, &[None; 3])).collect();
+        let picks: Vec<_> = (0..3)
+            .map(|_| pick(&mut cold, &three, &[None; 3]))
+            .collect();
         assert_eq!(picks, [0, 1, 2].map(Selection::One).to_vec());
     }
 
@@ -227,11 +238,16 @@ mod tests {
         let mut counts = vec![0usize; n];
         let draws = 80_000;
         for _ in 0..draws {
-            let Selection::One(i) = pick(&mut logic, &routees, &[None; 8]) else { panic!() };
+            let Selection::One(i) = pick(&mut logic, &routees, &[None; 8]) else {
+                panic!()
+            };
             counts[i] += 1;
         }
         let expected = draws as f64 / n as f64;
-        let chi2: f64 = counts.iter().map(|&c| (c as f64 - expected).powi(2) / expected).sum();
+        let chi2: f64 = counts
+            .iter()
+            .map(|&c| (c as f64 - expected).powi(2) / expected)
+            .sum();
         // 7 degrees of freedom: p = 0.001 at 24.32.
         assert!(chi2 < 24.32, "chi-square {chi2:.2} over {counts:?}");
     }

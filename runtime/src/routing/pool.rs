@@ -33,7 +33,9 @@ pub enum RouterConfigError {
     #[error("pool size must be at least 1, got 0")]
     EmptyPool,
     /// Consistent hashing needs a key.
-    #[error("routing strategy consistent-hashing needs an extract_key function; set it with consistent_hashing(extract_key)")]
+    #[error(
+        "routing strategy consistent-hashing needs an extract_key function; set it with consistent_hashing(extract_key)"
+    )]
     MissingExtractKey,
 }
 
@@ -89,7 +91,10 @@ impl<A: Actor> PoolRouterConfig<A> {
     }
 
     /// The same key always to the same routee.
-    pub fn consistent_hashing(mut self, extract_key: impl Fn(&A::Msg) -> String + Send + Sync + 'static) -> Self {
+    pub fn consistent_hashing(
+        mut self,
+        extract_key: impl Fn(&A::Msg) -> String + Send + Sync + 'static,
+    ) -> Self {
         self.strategy = RoutingStrategy::ConsistentHashing;
         self.extract_key = Some(Arc::new(extract_key));
         self
@@ -102,7 +107,10 @@ impl<A: Actor> PoolRouterConfig<A> {
     }
 
     /// The key function for consistent hashing.
-    pub fn with_extract_key(mut self, extract_key: impl Fn(&A::Msg) -> String + Send + Sync + 'static) -> Self {
+    pub fn with_extract_key(
+        mut self,
+        extract_key: impl Fn(&A::Msg) -> String + Send + Sync + 'static,
+    ) -> Self {
         self.extract_key = Some(Arc::new(extract_key));
         self
     }
@@ -173,14 +181,20 @@ impl<A: Actor> PoolRouter<A> {
 
     fn route(&mut self, message: A::Msg, ctx: &mut Context<Self>) {
         let config = self.config.lock();
-        let Some(logic) = self.logic.as_mut() else { return };
+        let Some(logic) = self.logic.as_mut() else {
+            return;
+        };
         let key = config.extract_key.as_ref().map(|extract| extract(&message));
         let ids: Vec<&[u8]> = self.ids.iter().map(Vec::as_slice).collect();
         let depths = &self.depths;
-        match logic.select(&ids, key.as_deref().map(str::as_bytes), |i| Some(depths[i].get())) {
+        match logic.select(&ids, key.as_deref().map(str::as_bytes), |i| {
+            Some(depths[i].get())
+        }) {
             Selection::One(index) => self.routees[index].tell(message),
             Selection::All => {
-                let clone = config.clone_message.expect("broadcast is only configurable for Clone messages");
+                let clone = config
+                    .clone_message
+                    .expect("broadcast is only configurable for Clone messages");
                 if let Some((last, rest)) = self.routees.split_last() {
                     for routee in rest {
                         routee.tell(clone(&message));
@@ -212,7 +226,10 @@ impl<A: Actor> Actor for PoolRouter<A> {
             let config = self.config.lock();
             (config.size, config.strategy, config.seed)
         };
-        self.logic = Some(RoutingLogic::new(strategy, seed.unwrap_or_else(rand::random)));
+        self.logic = Some(RoutingLogic::new(
+            strategy,
+            seed.unwrap_or_else(rand::random),
+        ));
         for i in 1..=size {
             let props = (self.config.lock().routee_props)();
             let routee = ctx.spawn(&format!("routee-{i}"), props)?;
@@ -229,7 +246,11 @@ impl<A: Actor> Actor for PoolRouter<A> {
         Ok(())
     }
 
-    async fn on_terminated(&mut self, terminated: Terminated, _ctx: &mut Context<Self>) -> Result<(), ActorError> {
+    async fn on_terminated(
+        &mut self,
+        terminated: Terminated,
+        _ctx: &mut Context<Self>,
+    ) -> Result<(), ActorError> {
         if let Some(index) = self.routees.iter().position(|r| r.id() == terminated.id) {
             self.routees.remove(index);
             self.ids.remove(index);

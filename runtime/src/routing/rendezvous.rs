@@ -44,7 +44,9 @@ where
         let score = rendezvous_score(key_hash, routee);
         let better = match best {
             None => true,
-            Some((best_score, best_id, _)) => score > best_score || (score == best_score && routee < best_id),
+            Some((best_score, best_id, _)) => {
+                score > best_score || (score == best_score && routee < best_id)
+            }
         };
         if better {
             best = Some((score, routee, index));
@@ -59,7 +61,9 @@ mod tests {
     use proptest::prelude::*;
 
     fn ids(n: usize) -> Vec<String> {
-        (0..n).map(|i| format!("troupe://app@10.0.0.{i}:2552/user/worker")).collect()
+        (0..n)
+            .map(|i| format!("troupe://app@10.0.0.{i}:2552/user/worker"))
+            .collect()
     }
 
     fn owner(key: &str, routees: &[String]) -> String {
