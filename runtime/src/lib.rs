@@ -44,6 +44,7 @@ mod event_stream;
 mod mailbox;
 mod path;
 mod props;
+pub mod remote;
 pub mod routing;
 mod supervision;
 mod system;

@@ -1,0 +1,13 @@
+//! Remoting: node addresses, the authenticated transport between nodes, and its simulated
+//! twin for deterministic multi-node tests.
+//!
+//! # Who sent this
+//! Every inbound frame carries the [`UniqueAddress`] that the transport verified during the
+//! handshake on the connection the frame arrived on. Nothing that decides who sent a message
+//! reads an address from a payload.
+
+mod address;
+mod transport;
+
+pub use address::{Address, AddressError, UniqueAddress};
+pub use transport::{InboundFrame, Transport, TransportError};

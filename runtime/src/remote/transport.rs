@@ -1,0 +1,55 @@
+//! The transport seam: what the cluster needs from a network, implemented by TCP and by the
+//! simulated network of the multi-node test harness.
+
+use bytes::Bytes;
+
+use super::address::{Address, UniqueAddress};
+
+/// One frame received from a peer, tagged with the identity the transport verified.
+#[derive(Debug, Clone)]
+pub struct InboundFrame {
+    /// The peer, as proven during the handshake of the connection the frame arrived on.
+    pub from: UniqueAddress,
+    /// The frame's payload (an encoded envelope).
+    pub payload: Bytes,
+}
+
+/// Why a frame was not accepted for sending.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TransportError {
+    /// The per-peer send queue is full (the peer is slow or unreachable).
+    #[error("send queue to {peer} is full ({capacity} frames)")]
+    QueueFull {
+        /// The peer.
+        peer: Address,
+        /// The queue's capacity.
+        capacity: usize,
+    },
+    /// The frame is larger than the configured maximum.
+    #[error("frame of {size} bytes exceeds the maximum frame size of {max} bytes")]
+    FrameTooLarge {
+        /// The frame's size.
+        size: usize,
+        /// The maximum.
+        max: usize,
+    },
+    /// The transport has been shut down.
+    #[error("transport is shut down")]
+    Shutdown,
+}
+
+/// A network between nodes: authenticated, per-peer FIFO, fire-and-forget.
+///
+/// Inbound frames are delivered on the channel given when the transport was created.
+pub trait Transport: Send + Sync + 'static {
+    /// This node's own identity.
+    fn local(&self) -> &UniqueAddress;
+
+    /// Queue `payload` for `to` without waiting. Frames to one peer arrive in the order they
+    /// were queued (or not at all); a connection is opened on first use and re-opened with
+    /// backoff after a failure.
+    fn send(&self, to: &Address, payload: Bytes) -> Result<(), TransportError>;
+
+    /// Drop the connections to `peer` and forget its queued frames (used when it is removed).
+    fn disconnect(&self, peer: &Address);
+}
