@@ -7,7 +7,12 @@
 //! reads an address from a payload.
 
 mod address;
+pub mod envelope;
+pub mod frame;
+pub mod handshake;
 mod transport;
 
 pub use address::{Address, AddressError, UniqueAddress};
+pub use envelope::{EnvelopeError, WireEnvelope};
+pub use handshake::ClusterSecret;
 pub use transport::{InboundFrame, Transport, TransportError};
