@@ -37,6 +37,7 @@ mod actor;
 mod actor_ref;
 mod ask;
 mod cell;
+pub mod cluster;
 mod context;
 mod dead_letter;
 mod death_watch;

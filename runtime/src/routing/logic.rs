@@ -116,9 +116,9 @@ impl RoutingLogic {
     /// Choose for one message among `ids.len()` routees (ids are the routees' stable names,
     /// used by consistent hashing). `key` is the consistent-hashing key; `depth(i)` is routee
     /// `i`'s known mailbox depth, used by smallest-mailbox.
-    pub fn select<'a>(
+    pub fn select(
         &mut self,
-        ids: &[&'a [u8]],
+        ids: &[&[u8]],
         key: Option<&[u8]>,
         depth: impl Fn(usize) -> Option<usize>,
     ) -> Selection {

@@ -1,0 +1,293 @@
+//! Cluster membership: who is in the cluster, in which state, who leads — the same views and
+//! events whichever provider produces them (gossip today; Kubernetes and etcd leases later).
+//!
+//! # Supervision tree
+//! ```text
+//! /system/cluster
+//! └── core        ClusterDaemon: runs the gossip membership state machine, owns the tick
+//!                 timers and the inbound-frame pump; stopping it stops both
+//! ```
+//!
+//! # Views and events
+//! [`Cluster::members`], [`Cluster::up_members`], [`Cluster::leader`] read this node's current
+//! view without a message. [`Cluster::subscribe`] returns the current view first and then every
+//! change, exactly once and in order: each batch of events is the difference between two
+//! consecutive views, computed and delivered under the same lock that takes the snapshot.
+
+mod daemon;
+mod events;
+mod failure_detector;
+mod gossip;
+mod member;
+mod membership;
+mod reachability;
+mod vector_clock;
+mod wire;
+
+use std::fmt;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tokio::sync::mpsc;
+
+pub use daemon::ClusterError;
+pub use events::{ClusterEvent, ClusterView, diff};
+pub use failure_detector::{FailureDetectorSettings, PhiAccrual};
+pub use gossip::{Gossip, Received};
+pub use member::{Member, MemberStatus};
+pub use membership::{Action, ClusterMsg, Input, Membership, MembershipSettings, SettingsError};
+pub use reachability::Reachability;
+pub use vector_clock::{Causality, VectorClock};
+pub use wire::{CLUSTER_CHANNEL, WireError, decode_cluster_frame, encode_cluster_frame};
+
+use crate::actor_ref::ActorRef;
+use crate::remote::{Address, InboundFrame, Transport, UniqueAddress};
+use crate::system::ActorSystem;
+
+/// What a cluster subscriber receives: the view at subscription time, then each change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClusterNotification {
+    /// The view when the subscription started (always first).
+    CurrentState(ClusterView),
+    /// One change.
+    Event(ClusterEvent),
+}
+
+/// A subscription to cluster events; dropping it unsubscribes.
+#[derive(Debug)]
+pub struct ClusterSubscription {
+    rx: mpsc::UnboundedReceiver<ClusterNotification>,
+}
+
+impl ClusterSubscription {
+    /// The next notification; `None` after the cluster handle and daemon are gone.
+    pub async fn recv(&mut self) -> Option<ClusterNotification> {
+        self.rx.recv().await
+    }
+
+    /// The next notification if one is waiting.
+    pub fn try_recv(&mut self) -> Option<ClusterNotification> {
+        self.rx.try_recv().ok()
+    }
+
+    /// Wait for the next event (skipping the initial state) matching `predicate`.
+    pub async fn wait_for(
+        &mut self,
+        mut predicate: impl FnMut(&ClusterEvent) -> bool,
+    ) -> Option<ClusterEvent> {
+        loop {
+            match self.recv().await? {
+                ClusterNotification::Event(event) if predicate(&event) => return Some(event),
+                _ => {}
+            }
+        }
+    }
+}
+
+type Subscriber = Box<dyn Fn(&ClusterNotification) -> bool + Send + Sync>;
+
+pub(crate) struct Shared {
+    view: ClusterView,
+    subscribers: Vec<Subscriber>,
+    terminated: bool,
+}
+
+impl Shared {
+    /// Replace the view and deliver the difference to every subscriber.
+    pub(crate) fn publish(&mut self, new: ClusterView, system: &ActorSystem) -> Vec<ClusterEvent> {
+        let events = diff(&self.view, &new);
+        self.view = new;
+        for event in &events {
+            let notification = ClusterNotification::Event(event.clone());
+            self.subscribers.retain(|deliver| deliver(&notification));
+            system.event_stream().publish(event.clone());
+        }
+        events
+    }
+}
+
+/// A handle to this node's cluster membership. Cheap to clone.
+#[derive(Clone)]
+pub struct Cluster {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    system: ActorSystem,
+    me: UniqueAddress,
+    shared: Arc<Mutex<Shared>>,
+    daemon: ActorRef<daemon::DaemonMsg>,
+    transport: Arc<dyn Transport>,
+}
+
+impl fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cluster")
+            .field("self", &self.inner.me)
+            .finish()
+    }
+}
+
+impl Cluster {
+    /// Start membership on `system` over `transport`, whose inbound frames arrive on
+    /// `inbound`. With `rng_seed` the protocol's random choices replay exactly (tests).
+    pub fn start(
+        system: &ActorSystem,
+        transport: Arc<dyn Transport>,
+        inbound: mpsc::Receiver<InboundFrame>,
+        settings: MembershipSettings,
+        rng_seed: Option<u64>,
+    ) -> Result<Self, ClusterError> {
+        settings.validate()?;
+        let me = transport.local().clone();
+        let shared = Arc::new(Mutex::new(Shared {
+            view: ClusterView {
+                self_node: Some(me.clone()),
+                ..ClusterView::default()
+            },
+            subscribers: Vec::new(),
+            terminated: false,
+        }));
+        let daemon = daemon::spawn(
+            system,
+            Arc::clone(&transport),
+            inbound,
+            settings,
+            rng_seed,
+            Arc::clone(&shared),
+        )?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                system: system.clone(),
+                me,
+                shared,
+                daemon,
+                transport,
+            }),
+        })
+    }
+
+    /// This node's address and incarnation.
+    #[must_use]
+    pub fn self_node(&self) -> &UniqueAddress {
+        &self.inner.me
+    }
+
+    /// This node's address.
+    #[must_use]
+    pub fn self_address(&self) -> &Address {
+        &self.inner.me.address
+    }
+
+    /// The actor system the cluster runs in.
+    #[must_use]
+    pub fn system(&self) -> &ActorSystem {
+        &self.inner.system
+    }
+
+    /// The transport to the other nodes.
+    #[must_use]
+    pub fn transport(&self) -> &Arc<dyn Transport> {
+        &self.inner.transport
+    }
+
+    /// The current view.
+    #[must_use]
+    pub fn view(&self) -> ClusterView {
+        self.inner.shared.lock().view.clone()
+    }
+
+    /// All members (not removed), address-ordered.
+    #[must_use]
+    pub fn members(&self) -> Vec<Member> {
+        self.inner.shared.lock().view.members.clone()
+    }
+
+    /// Up members this node considers reachable, address-ordered.
+    #[must_use]
+    pub fn up_members(&self) -> Vec<Member> {
+        self.inner.shared.lock().view.up_members()
+    }
+
+    /// The first address-sorted up member.
+    #[must_use]
+    pub fn leader(&self) -> Option<Address> {
+        self.inner.shared.lock().view.leader.clone()
+    }
+
+    /// This node's member entry, once it has joined.
+    #[must_use]
+    pub fn self_member(&self) -> Option<Member> {
+        self.inner.shared.lock().view.self_member().cloned()
+    }
+
+    /// Whether this node's gossip has converged.
+    #[must_use]
+    pub fn is_converged(&self) -> bool {
+        self.inner.shared.lock().view.converged
+    }
+
+    /// Whether this node has left the cluster for good (removed or downed).
+    #[must_use]
+    pub fn is_terminated(&self) -> bool {
+        self.inner.shared.lock().terminated
+    }
+
+    /// The current view first, then every change, exactly once and in order.
+    #[must_use]
+    pub fn subscribe(&self) -> ClusterSubscription {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut shared = self.inner.shared.lock();
+        let _ = tx.send(ClusterNotification::CurrentState(shared.view.clone()));
+        shared.subscribers.push(Box::new(move |notification| {
+            tx.send(notification.clone()).is_ok()
+        }));
+        ClusterSubscription { rx }
+    }
+
+    /// Subscribe an actor: it receives `M::from(notification)`, the current view first. The
+    /// subscription ends when the actor terminates.
+    pub fn subscribe_actor<M>(&self, actor: &ActorRef<M>)
+    where
+        M: From<ClusterNotification> + Send + 'static,
+    {
+        let actor = actor.clone();
+        let mut shared = self.inner.shared.lock();
+        actor.tell(M::from(ClusterNotification::CurrentState(
+            shared.view.clone(),
+        )));
+        shared.subscribers.push(Box::new(move |notification| {
+            actor.tell(M::from(notification.clone()));
+            !actor.is_terminated()
+        }));
+    }
+
+    /// Join the cluster that the node at `address` belongs to (instead of, or after, seeds).
+    pub fn join(&self, address: Address) {
+        self.inner
+            .daemon
+            .tell(daemon::DaemonMsg::Api(Input::JoinVia(address)));
+    }
+
+    /// Leave the cluster gracefully.
+    pub fn leave(&self) {
+        self.inner.daemon.tell(daemon::DaemonMsg::Api(Input::Leave));
+    }
+
+    /// Declare the member at `address` down.
+    pub fn down(&self, address: Address) {
+        self.inner
+            .daemon
+            .tell(daemon::DaemonMsg::Api(Input::Down(address)));
+    }
+
+    /// Stop taking part: stop the daemon (no leave; peers will find this node unreachable).
+    pub fn shutdown(&self) {
+        self.inner.daemon.stop();
+    }
+
+    /// Wait until the daemon has stopped.
+    pub async fn terminated(&self) {
+        self.inner.daemon.terminated().await;
+    }
+}

@@ -1,0 +1,613 @@
+//! The gossip membership protocol of one node as a pure state machine: inputs (ticks, received
+//! messages, API calls) and the current instant in, messages to send out. No sockets, no
+//! clocks, no tasks: the shell in `daemon.rs` performs the actions, the simulation harness
+//! replays them from a seed.
+//!
+//! # Joining
+//! A node sends `InitJoin` to its seed nodes until one that is already a member answers
+//! `InitJoinAck`; it then sends `Join` there and adopts the `Welcome` gossip. The first seed in
+//! the list forms a new cluster by itself if no other seed answers within `seed_node_timeout`.
+//! A node at an address whose old incarnation is still a member downs that old incarnation.
+//!
+//! # Failure detection and downing
+//! Every member heartbeats every other member; a phi-accrual detector per peer turns silence
+//! into this node's opinion "unreachable", which is gossiped. The acting leader downs a member
+//! that stays unreachable for `down_after`.
+//!
+//! # Leaving
+//! `leave()` marks this node leaving; the leader moves it to exiting and then removes it once
+//! everyone has seen each step. A node that sees itself exiting or down keeps gossiping for
+//! `removal_grace` (so the others see it has seen that) and then terminates.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+use super::events::ClusterView;
+use super::failure_detector::{FailureDetectorSettings, PhiAccrual};
+use super::gossip::Gossip;
+use super::member::MemberStatus;
+use crate::remote::{Address, UniqueAddress};
+
+/// Settings of gossip membership. The defaults detect a dead node in about 2–3 s and down it
+/// 5 s later.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MembershipSettings {
+    /// Nodes to join through; the first one may form a new cluster.
+    pub seeds: Vec<Address>,
+    /// This node's roles.
+    pub roles: BTreeSet<String>,
+    /// How often to gossip to one random member and run leader actions.
+    pub gossip_interval: Duration,
+    /// How often to heartbeat every other member.
+    pub heartbeat_interval: Duration,
+    /// Failure detector settings (its `heartbeat_interval` is kept equal to the one above).
+    pub failure_detector: FailureDetectorSettings,
+    /// Down a member that stays unreachable this long; `None` never downs automatically.
+    pub down_after: Option<Duration>,
+    /// How long the first seed waits for the others before forming a cluster alone.
+    pub seed_node_timeout: Duration,
+    /// How long to wait for `Welcome` before asking the seeds again.
+    pub join_timeout: Duration,
+    /// How long a node that sees itself exiting or down keeps gossiping before it terminates.
+    pub removal_grace: Duration,
+}
+
+impl Default for MembershipSettings {
+    fn default() -> Self {
+        Self {
+            seeds: Vec::new(),
+            roles: BTreeSet::new(),
+            gossip_interval: Duration::from_millis(200),
+            heartbeat_interval: Duration::from_millis(500),
+            failure_detector: FailureDetectorSettings::default(),
+            down_after: Some(Duration::from_secs(5)),
+            seed_node_timeout: Duration::from_secs(1),
+            join_timeout: Duration::from_secs(2),
+            removal_grace: Duration::from_millis(600),
+        }
+    }
+}
+
+/// A settings value that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field} must be {allowed}, got {value}")]
+pub struct SettingsError {
+    /// The field.
+    pub field: &'static str,
+    /// What it was.
+    pub value: String,
+    /// What is allowed.
+    pub allowed: &'static str,
+}
+
+impl MembershipSettings {
+    /// Check the settings; the error names the field, the value and what is allowed.
+    pub fn validate(&self) -> Result<(), SettingsError> {
+        let positive = |field, value: Duration| {
+            if value.is_zero() {
+                Err(SettingsError {
+                    field,
+                    value: format!("{value:?}"),
+                    allowed: "> 0",
+                })
+            } else {
+                Ok(())
+            }
+        };
+        positive("gossip_interval", self.gossip_interval)?;
+        positive("heartbeat_interval", self.heartbeat_interval)?;
+        positive("seed_node_timeout", self.seed_node_timeout)?;
+        positive("join_timeout", self.join_timeout)?;
+        if let Some(down_after) = self.down_after {
+            positive("down_after", down_after)?;
+        }
+        let threshold = self.failure_detector.threshold;
+        if threshold.is_nan() || threshold <= 0.0 {
+            return Err(SettingsError {
+                field: "failure_detector.threshold",
+                value: self.failure_detector.threshold.to_string(),
+                allowed: "a positive number (8 is typical)",
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The membership protocol's messages between nodes. The sender is never part of a message:
+/// it is the identity the transport verified.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClusterMsg {
+    /// Is there a cluster I can join through you?
+    InitJoin,
+    /// Yes: send `Join` to me.
+    InitJoinAck,
+    /// Admit me with these roles.
+    Join {
+        /// The joining node's roles.
+        roles: BTreeSet<String>,
+    },
+    /// You are admitted; here is the membership.
+    Welcome {
+        /// The current gossip.
+        gossip: Gossip,
+    },
+    /// The sender's membership state.
+    Gossip {
+        /// The sender's gossip.
+        gossip: Gossip,
+    },
+    /// Are you alive?
+    Heartbeat {
+        /// Echoed in the response.
+        sequence: u64,
+    },
+    /// Alive.
+    HeartbeatResponse {
+        /// The heartbeat answered.
+        sequence: u64,
+    },
+}
+
+/// An input to the state machine.
+#[derive(Debug, Clone)]
+pub enum Input {
+    /// Gossip, run leader actions, retry joining, check for exits.
+    GossipTick,
+    /// Heartbeat every member and evaluate the failure detectors.
+    HeartbeatTick,
+    /// A message from a peer whose identity the transport verified.
+    Received {
+        /// The verified sender.
+        from: UniqueAddress,
+        /// The message.
+        message: ClusterMsg,
+    },
+    /// Join the cluster that `address` is a member of.
+    JoinVia(Address),
+    /// Leave gracefully.
+    Leave,
+    /// Declare the member at this address down.
+    Down(Address),
+}
+
+/// What the shell should do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Send a message to a peer.
+    Send {
+        /// The peer.
+        to: Address,
+        /// The message.
+        message: ClusterMsg,
+    },
+    /// This node has left the cluster (removed, or downed): stop participating.
+    Terminate,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Phase {
+    Unjoined,
+    Joining { via: Address, since: Instant },
+    Member,
+    Terminated,
+}
+
+/// One node's membership state.
+#[derive(Debug)]
+pub struct Membership {
+    settings: MembershipSettings,
+    me: UniqueAddress,
+    gossip: Gossip,
+    phase: Phase,
+    started: Instant,
+    last_init_join: Option<Instant>,
+    detectors: BTreeMap<UniqueAddress, PhiAccrual>,
+    unreachable_since: BTreeMap<UniqueAddress, Instant>,
+    leaving_since: Option<Instant>,
+    heartbeat_sequence: u64,
+}
+
+impl Membership {
+    /// A node that has not joined yet.
+    #[must_use]
+    pub fn new(me: UniqueAddress, mut settings: MembershipSettings, now: Instant) -> Self {
+        settings.failure_detector.heartbeat_interval = settings.heartbeat_interval;
+        Self {
+            settings,
+            me,
+            gossip: Gossip::default(),
+            phase: Phase::Unjoined,
+            started: now,
+            last_init_join: None,
+            detectors: BTreeMap::new(),
+            unreachable_since: BTreeMap::new(),
+            leaving_since: None,
+            heartbeat_sequence: 0,
+        }
+    }
+
+    /// This node's identity.
+    #[must_use]
+    pub fn me(&self) -> &UniqueAddress {
+        &self.me
+    }
+
+    /// The settings in force.
+    #[must_use]
+    pub fn settings(&self) -> &MembershipSettings {
+        &self.settings
+    }
+
+    /// The current gossip.
+    #[must_use]
+    pub fn gossip(&self) -> &Gossip {
+        &self.gossip
+    }
+
+    /// Whether this node has left the cluster for good.
+    #[must_use]
+    pub fn is_terminated(&self) -> bool {
+        self.phase == Phase::Terminated
+    }
+
+    /// Whether this node is (still) a member.
+    #[must_use]
+    pub fn is_member(&self) -> bool {
+        self.phase == Phase::Member
+    }
+
+    /// This node's view, from which events are derived.
+    #[must_use]
+    pub fn view(&self) -> ClusterView {
+        if self.phase != Phase::Member {
+            return ClusterView {
+                self_node: Some(self.me.clone()),
+                ..ClusterView::default()
+            };
+        }
+        let mut unreachable = self.gossip.unreachable_members();
+        unreachable.remove(&self.me);
+        let observed_by = unreachable
+            .iter()
+            .map(|node| (node.clone(), self.gossip.reachability().observers_of(node)))
+            .collect();
+        ClusterView {
+            self_node: Some(self.me.clone()),
+            members: self.gossip.members().cloned().collect(),
+            unreachable,
+            observed_by,
+            leader: self.gossip.leader(&self.me).map(|n| n.address.clone()),
+            converged: self.gossip.is_converged(),
+        }
+    }
+
+    /// Advance the state machine by one input at `now`.
+    pub fn handle(&mut self, input: Input, now: Instant, rng: &mut impl Rng) -> Vec<Action> {
+        let mut actions = Vec::new();
+        if self.phase == Phase::Terminated {
+            return actions;
+        }
+        match input {
+            Input::GossipTick => self.on_gossip_tick(now, rng, &mut actions),
+            Input::HeartbeatTick => self.on_heartbeat_tick(now, &mut actions),
+            Input::Received { from, message } => self.on_message(from, message, now, &mut actions),
+            Input::JoinVia(address) => {
+                if self.phase == Phase::Unjoined {
+                    self.join_via(address, now, &mut actions);
+                }
+            }
+            Input::Leave => match self.phase {
+                Phase::Member => {
+                    if self
+                        .gossip
+                        .set_status(&self.me.clone(), MemberStatus::Leaving)
+                    {
+                        self.gossip.bump(&self.me);
+                    }
+                }
+                _ => {
+                    self.phase = Phase::Terminated;
+                    actions.push(Action::Terminate);
+                }
+            },
+            Input::Down(address) => {
+                if self.phase == Phase::Member
+                    && let Some(member) = self.gossip.member_at(&address)
+                {
+                    let node = member.node.clone();
+                    if self.gossip.set_status(&node, MemberStatus::Down) {
+                        self.gossip.bump(&self.me);
+                    }
+                }
+            }
+        }
+        self.check_exit(now, &mut actions);
+        actions
+    }
+
+    fn join_via(&mut self, address: Address, now: Instant, actions: &mut Vec<Action>) {
+        actions.push(Action::Send {
+            to: address.clone(),
+            message: ClusterMsg::Join {
+                roles: self.settings.roles.clone(),
+            },
+        });
+        self.phase = Phase::Joining {
+            via: address,
+            since: now,
+        };
+    }
+
+    fn on_gossip_tick(&mut self, now: Instant, rng: &mut impl Rng, actions: &mut Vec<Action>) {
+        match self.phase.clone() {
+            Phase::Unjoined => self.seek_cluster(now, actions),
+            Phase::Joining { since, .. } => {
+                if now.saturating_duration_since(since) >= self.settings.join_timeout {
+                    self.phase = Phase::Unjoined;
+                    self.last_init_join = None;
+                    self.seek_cluster(now, actions);
+                }
+            }
+            Phase::Member => {
+                self.track_unreachable(now);
+                if self.gossip.acting_leader(&self.me) == Some(&self.me) {
+                    self.auto_down(now);
+                    if self.gossip.leader_actions() || self.gossip.weakly_up_actions() {
+                        self.gossip.bump(&self.me);
+                    }
+                }
+                if let Some(target) = self.gossip_target(rng) {
+                    actions.push(Action::Send {
+                        to: target,
+                        message: ClusterMsg::Gossip {
+                            gossip: self.gossip.clone(),
+                        },
+                    });
+                }
+            }
+            Phase::Terminated => {}
+        }
+    }
+
+    fn seek_cluster(&mut self, now: Instant, actions: &mut Vec<Action>) {
+        let seeds: Vec<Address> = self
+            .settings
+            .seeds
+            .iter()
+            .filter(|seed| **seed != self.me.address)
+            .cloned()
+            .collect();
+        let first_seed = self.settings.seeds.first() == Some(&self.me.address);
+        if first_seed
+            && (seeds.is_empty()
+                || now.saturating_duration_since(self.started) >= self.settings.seed_node_timeout)
+        {
+            self.gossip = Gossip::founding(&self.me, self.settings.roles.clone());
+            self.phase = Phase::Member;
+            return;
+        }
+        let due = self.last_init_join.is_none_or(|last| {
+            now.saturating_duration_since(last) >= self.settings.gossip_interval * 2
+        });
+        if due {
+            self.last_init_join = Some(now);
+            for seed in seeds {
+                actions.push(Action::Send {
+                    to: seed,
+                    message: ClusterMsg::InitJoin,
+                });
+            }
+        }
+    }
+
+    fn gossip_target(&self, rng: &mut impl Rng) -> Option<Address> {
+        let candidates: Vec<&UniqueAddress> = self
+            .gossip
+            .members()
+            .filter(|m| {
+                m.node != self.me
+                    && m.status != MemberStatus::Down
+                    && !self
+                        .gossip
+                        .reachability()
+                        .is_unreachable_by(&self.me, &m.node)
+            })
+            .map(|m| &m.node)
+            .collect();
+        if candidates.is_empty() {
+            return None;
+        }
+        let unseen: Vec<&&UniqueAddress> = candidates
+            .iter()
+            .filter(|n| !self.gossip.has_seen(n))
+            .collect();
+        let pick = if !unseen.is_empty() && rng.random_bool(0.8) {
+            (*unseen[rng.random_range(0..unseen.len())]).clone()
+        } else {
+            candidates[rng.random_range(0..candidates.len())].clone()
+        };
+        Some(pick.address)
+    }
+
+    fn track_unreachable(&mut self, now: Instant) {
+        let unreachable = self.gossip.unreachable_members();
+        self.unreachable_since
+            .retain(|node, _| unreachable.contains(node));
+        for node in unreachable {
+            self.unreachable_since.entry(node).or_insert(now);
+        }
+    }
+
+    fn auto_down(&mut self, now: Instant) {
+        let Some(down_after) = self.settings.down_after else {
+            return;
+        };
+        let due: Vec<UniqueAddress> = self
+            .unreachable_since
+            .iter()
+            .filter(|(node, since)| {
+                **node != self.me && now.saturating_duration_since(**since) >= down_after
+            })
+            .map(|(node, _)| node.clone())
+            .collect();
+        for node in due {
+            if self.gossip.set_status(&node, MemberStatus::Down) {
+                self.gossip.bump(&self.me);
+            }
+        }
+    }
+
+    fn on_heartbeat_tick(&mut self, now: Instant, actions: &mut Vec<Action>) {
+        if self.phase != Phase::Member {
+            return;
+        }
+        self.heartbeat_sequence += 1;
+        let monitored: Vec<UniqueAddress> = self
+            .gossip
+            .members()
+            // Down members too: a downed node that is still running must be seen to stop
+            // (become unreachable) before the leader can remove it.
+            .filter(|m| m.node != self.me)
+            .map(|m| m.node.clone())
+            .collect();
+        self.detectors.retain(|node, _| monitored.contains(node));
+        let settings = self.settings.failure_detector;
+        let mut changed = false;
+        for node in monitored {
+            let detector = self
+                .detectors
+                .entry(node.clone())
+                .or_insert_with(|| PhiAccrual::new(settings, now));
+            let available = detector.is_available(now);
+            let reachability = self.gossip.reachability_mut();
+            changed |= if available {
+                reachability.reachable(&self.me, &node)
+            } else {
+                reachability.unreachable(&self.me, &node)
+            };
+            actions.push(Action::Send {
+                to: node.address.clone(),
+                message: ClusterMsg::Heartbeat {
+                    sequence: self.heartbeat_sequence,
+                },
+            });
+        }
+        if changed {
+            self.gossip.bump(&self.me);
+        }
+    }
+
+    fn on_message(
+        &mut self,
+        from: UniqueAddress,
+        message: ClusterMsg,
+        now: Instant,
+        actions: &mut Vec<Action>,
+    ) {
+        match message {
+            ClusterMsg::InitJoin => {
+                if self.phase == Phase::Member && !self.gossip.is_tombstoned(&from) {
+                    actions.push(Action::Send {
+                        to: from.address,
+                        message: ClusterMsg::InitJoinAck,
+                    });
+                }
+            }
+            ClusterMsg::InitJoinAck => {
+                if self.phase == Phase::Unjoined {
+                    self.join_via(from.address, now, actions);
+                }
+            }
+            ClusterMsg::Join { roles } => {
+                if self.phase != Phase::Member || self.gossip.is_tombstoned(&from) {
+                    return;
+                }
+                if self.gossip.admit(&from, roles) {
+                    self.gossip.bump(&self.me);
+                }
+                actions.push(Action::Send {
+                    to: from.address,
+                    message: ClusterMsg::Welcome {
+                        gossip: self.gossip.clone(),
+                    },
+                });
+            }
+            ClusterMsg::Welcome { gossip } => {
+                let expected =
+                    matches!(&self.phase, Phase::Joining { via, .. } if *via == from.address);
+                if expected && gossip.member(&self.me).is_some() {
+                    self.gossip = gossip;
+                    self.gossip.seen.insert(self.me.clone());
+                    self.phase = Phase::Member;
+                }
+            }
+            ClusterMsg::Gossip { gossip } => self.on_gossip(from, gossip, actions),
+            ClusterMsg::Heartbeat { sequence } => {
+                if self.phase == Phase::Member && self.gossip.member(&from).is_some() {
+                    actions.push(Action::Send {
+                        to: from.address,
+                        message: ClusterMsg::HeartbeatResponse { sequence },
+                    });
+                }
+            }
+            ClusterMsg::HeartbeatResponse { .. } => {
+                if let Some(detector) = self.detectors.get_mut(&from) {
+                    detector.heartbeat(now);
+                }
+            }
+        }
+    }
+
+    fn on_gossip(&mut self, from: UniqueAddress, theirs: Gossip, actions: &mut Vec<Action>) {
+        if self.phase != Phase::Member {
+            return;
+        }
+        if theirs.member(&self.me).is_none() {
+            if theirs.is_tombstoned(&self.me) {
+                // Removed while we were not looking: we are out.
+                self.gossip.tombstones.insert(self.me.clone());
+                self.gossip.members.remove(&self.me);
+            }
+            return;
+        }
+        if self.gossip.member(&from).is_none() && theirs.member(&from).is_none() {
+            return;
+        }
+        let their_version = theirs.version.clone();
+        let their_seen = theirs.seen.clone();
+        self.gossip.receive(&self.me, theirs);
+        let differs = self.gossip.version != their_version || self.gossip.seen != their_seen;
+        // Push-pull: answer whenever the sender does not yet hold exactly what we hold.
+        if differs {
+            actions.push(Action::Send {
+                to: from.address,
+                message: ClusterMsg::Gossip {
+                    gossip: self.gossip.clone(),
+                },
+            });
+        }
+    }
+
+    fn check_exit(&mut self, now: Instant, actions: &mut Vec<Action>) {
+        if self.phase != Phase::Member {
+            return;
+        }
+        let status = self.gossip.member(&self.me).map(|m| m.status);
+        let out = match status {
+            None => true,
+            Some(MemberStatus::Exiting | MemberStatus::Down | MemberStatus::Removed) => {
+                let since = *self.leaving_since.get_or_insert(now);
+                now.saturating_duration_since(since) >= self.settings.removal_grace
+            }
+            Some(_) => false,
+        };
+        if out {
+            self.phase = Phase::Terminated;
+            actions.push(Action::Terminate);
+        }
+    }
+}
