@@ -37,6 +37,11 @@ pub enum RouterConfigError {
         "routing strategy consistent-hashing needs an extract_key function; set it with consistent_hashing(extract_key)"
     )]
     MissingExtractKey,
+    /// Broadcast needs a way to clone messages, which only `broadcast()` can supply.
+    #[error(
+        "routing strategy broadcast needs Clone messages; choose it with broadcast(), not with_strategy()"
+    )]
+    BroadcastNeedsClone,
 }
 
 /// How to build a [`PoolRouter`]: size, strategy, routee props.
@@ -100,7 +105,8 @@ impl<A: Actor> PoolRouterConfig<A> {
         self
     }
 
-    /// Use `strategy` by name; consistent hashing still needs [`Self::with_extract_key`].
+    /// Use `strategy` by name; consistent hashing still needs [`Self::with_extract_key`], and
+    /// broadcast (which needs `Clone` messages) must be chosen with `broadcast()`.
     pub fn with_strategy(mut self, strategy: RoutingStrategy) -> Self {
         self.strategy = strategy;
         self
@@ -128,6 +134,9 @@ impl<A: Actor> PoolRouterConfig<A> {
         }
         if self.strategy == RoutingStrategy::ConsistentHashing && self.extract_key.is_none() {
             return Err(RouterConfigError::MissingExtractKey);
+        }
+        if self.strategy == RoutingStrategy::Broadcast && self.clone_message.is_none() {
+            return Err(RouterConfigError::BroadcastNeedsClone);
         }
         // A restarted router instance rebuilds its routees from the same config.
         let shared = Arc::new(parking_lot::Mutex::new(self));
