@@ -1,37 +1,40 @@
 //! Wire types shared by Troupe node agents and the control-plane server: serde only, no I/O.
+//!
+//! An agent ships [`ReportBatch`]es to the server's ingest endpoint; the server answers with an
+//! [`IngestAck`]. Every JSON field name and every `kind` string here is part of the wire format:
+//! renaming one is an incompatible change and bumps [`PROTOCOL_VERSION`].
+//!
+//! # Time
+//! Instants are Unix epoch milliseconds (`*_ms` fields, `i64`), durations are milliseconds
+//! (`duration_ms`, `u64`). Integers keep the hot ingest path free of date parsing.
+//!
+//! # Compatibility
+//! Optional fields and lists default when absent, so an older agent's report still parses;
+//! an unknown event `kind` is an error (the server answers 400 naming it) rather than data
+//! silently lost.
 
-use serde::{Deserialize, Serialize};
+mod dead_letter;
+mod event;
+mod health;
+mod identity;
+mod membership;
+mod report;
+mod router;
+mod singleton;
+
+pub use dead_letter::DeadLetterEvent;
+pub use event::{Event, EventBody, EventCategory, EventKind, UnknownEventKind};
+pub use health::{AgentHealth, HealthChange};
+pub use identity::{AgentIdentity, AgentMeta};
+pub use membership::{LeaderChange, MemberChange, MemberInfo, MemberStatus};
+pub use report::{
+    DepthSample, DepthTick, DroppedCounts, IngestAck, MemberOperation, OperationKind, ReportBatch,
+};
+pub use router::{RouteesChange, RouterStarted, RoutingStrategy};
+pub use singleton::{
+    HandOverCompleted, HandOverStarted, HandOverTimedOut, LeaseChange, SingletonHostElected,
+    SingletonInstance, SingletonMessages,
+};
 
 /// The version of the agent ↔ server wire format; bumped on incompatible changes.
 pub const PROTOCOL_VERSION: u32 = 1;
-
-/// Who is reporting: enough for the server to tell agents and their restarts apart.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct AgentIdentity {
-    /// The cluster (actor system) name.
-    pub cluster: String,
-    /// The node's advertised address, `host:port`.
-    pub node: String,
-    /// A fresh number per process start, so a restarted agent is a new incarnation.
-    pub incarnation: u64,
-    /// The machine the agent runs on (Kubernetes `spec.nodeName`), when known.
-    pub host: Option<String>,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn identity_round_trips_through_json_with_stable_field_names() {
-        let identity = AgentIdentity {
-            cluster: "app".into(),
-            node: "127.0.0.1:2552".into(),
-            incarnation: 7,
-            host: None,
-        };
-        let json = serde_json::to_string(&identity).unwrap();
-        assert_eq!(json, r#"{"cluster":"app","node":"127.0.0.1:2552","incarnation":7,"host":null}"#);
-        assert_eq!(serde_json::from_str::<AgentIdentity>(&json).unwrap(), identity);
-    }
-}

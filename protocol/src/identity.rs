@@ -1,0 +1,26 @@
+//! Who is reporting: enough for the server to tell agents and their restarts apart.
+
+use serde::{Deserialize, Serialize};
+
+/// The identity every report carries. `(cluster, node, incarnation)` names one agent process;
+/// together with the batch sequence it makes ingest idempotent.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct AgentIdentity {
+    /// The cluster (actor system) name.
+    pub cluster: String,
+    /// The node's advertised address, `host:port`.
+    pub node: String,
+    /// A fresh number per process start, so a restarted agent is a new incarnation.
+    pub incarnation: u64,
+    /// Where the agent runs.
+    #[serde(default)]
+    pub meta: AgentMeta,
+}
+
+/// Facts about where an agent runs, for operators; none of them identify the agent.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct AgentMeta {
+    /// The machine the agent runs on (Kubernetes `spec.nodeName`), when known.
+    #[serde(default)]
+    pub node: Option<String>,
+}

@@ -1,0 +1,139 @@
+//! The report an agent ships, and the server's answer.
+//!
+//! # Idempotency
+//! `(identity, sequence)` names a batch. An agent that gets no answer resends the same batch
+//! with the same sequence; the server stores it once and acknowledges both sends.
+//!
+//! # Dropped counts
+//! [`DroppedCounts`] are running totals since the agent's incarnation started, not deltas, so a
+//! lost or retried batch cannot lose or double a count: the server keeps the latest totals.
+
+use serde::{Deserialize, Serialize};
+
+use crate::event::Event;
+use crate::identity::AgentIdentity;
+
+/// One shipment from an agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReportBatch {
+    /// The wire-format version the agent speaks ([`crate::PROTOCOL_VERSION`]).
+    pub version: u32,
+    /// Who is reporting.
+    pub identity: AgentIdentity,
+    /// Per-incarnation batch number, starting at 1; a retry reuses its number.
+    pub sequence: u64,
+    /// When the agent sent (first sent) this batch, Unix epoch milliseconds.
+    pub sent_at_ms: i64,
+    /// Events in the order they happened on the agent.
+    #[serde(default)]
+    pub events: Vec<Event>,
+    /// Mailbox-depth samples, one entry per sampling tick.
+    #[serde(default)]
+    pub depth_samples: Vec<DepthTick>,
+    /// Items the agent had to drop since it started (running totals).
+    #[serde(default)]
+    pub dropped: DroppedCounts,
+}
+
+/// The depths sampled on one tick: stored compactly, one row per tick.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DepthTick {
+    /// When the tick sampled, Unix epoch milliseconds.
+    pub at_ms: i64,
+    /// One sample per routed or named actor on the reporting node.
+    pub samples: Vec<DepthSample>,
+}
+
+/// One actor's mailbox depth at a tick.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DepthSample {
+    /// The actor's path (`/user/workers/w1`).
+    pub path: String,
+    /// The router it is a routee of, if any (the router's path).
+    #[serde(default)]
+    pub router: Option<String>,
+    /// Messages queued in its mailbox.
+    pub depth: u32,
+}
+
+/// Items an agent dropped from its bounded buffer, by kind, since it started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DroppedCounts {
+    /// Membership events.
+    #[serde(default)]
+    pub membership: u64,
+    /// Singleton events.
+    #[serde(default)]
+    pub singleton: u64,
+    /// Router events.
+    #[serde(default)]
+    pub router: u64,
+    /// Dead-letter events.
+    #[serde(default)]
+    pub dead_letters: u64,
+    /// Health events.
+    #[serde(default)]
+    pub health: u64,
+    /// Depth samples (dropped first when the buffer is full).
+    #[serde(default)]
+    pub depth_samples: u64,
+}
+
+impl DroppedCounts {
+    /// Everything dropped, all kinds together.
+    #[must_use]
+    pub fn total(&self) -> u64 {
+        self.membership
+            + self.singleton
+            + self.router
+            + self.dead_letters
+            + self.health
+            + self.depth_samples
+    }
+}
+
+/// The server's answer to a stored (or already stored) batch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IngestAck {
+    /// The acknowledged batch's sequence.
+    pub sequence: u64,
+    /// `true` when this batch had been stored before (a retry); nothing was written again.
+    pub duplicate: bool,
+    /// Events stored from this batch (0 for a duplicate).
+    pub stored_events: u64,
+    /// Member operations an operator asked this agent to carry out.
+    #[serde(default)]
+    pub operations: Vec<MemberOperation>,
+}
+
+/// A member operation relayed to an agent (Akka Management's `PUT /cluster/members/{address}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberOperation {
+    /// The operation's id, for the agent's log and to drop repeats.
+    pub id: i64,
+    /// The member to act on.
+    pub address: String,
+    /// What to do.
+    pub operation: OperationKind,
+}
+
+/// What an operator can ask of a member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OperationKind {
+    /// Leave the cluster gracefully.
+    Leave,
+    /// Declare the member down.
+    Down,
+}
+
+impl OperationKind {
+    /// The wire name.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Leave => "leave",
+            Self::Down => "down",
+        }
+    }
+}

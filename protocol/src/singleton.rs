@@ -1,0 +1,116 @@
+//! Cluster-singleton events: election, hand-over, instance lifecycle, lease, held messages.
+//!
+//! Every event names its singleton (`singleton`, the manager's type name) and the role it is
+//! restricted to, so several singletons of one cluster keep separate histories.
+
+use serde::{Deserialize, Serialize};
+
+/// `SingletonHostElected`: this node's manager computed a (new) host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SingletonHostElected {
+    /// The singleton's name.
+    pub singleton: String,
+    /// The role hosts must carry, if any.
+    #[serde(default)]
+    pub role: Option<String>,
+    /// The elected host's address.
+    pub host: String,
+    /// The host before, if one was known.
+    #[serde(default)]
+    pub previous_host: Option<String>,
+}
+
+/// `SingletonHandOverStarted`: the new host asked the eligible peers to stop their instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandOverStarted {
+    /// The singleton's name.
+    pub singleton: String,
+    /// The role hosts must carry, if any.
+    #[serde(default)]
+    pub role: Option<String>,
+    /// The node taking over (the reporting node).
+    pub new_host: String,
+    /// The peers it waits for.
+    #[serde(default)]
+    pub peers: Vec<String>,
+}
+
+/// `SingletonHandOverCompleted`: every peer acknowledged; the new instance may start.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandOverCompleted {
+    /// The singleton's name.
+    pub singleton: String,
+    /// The role hosts must carry, if any.
+    #[serde(default)]
+    pub role: Option<String>,
+    /// The node taking over.
+    pub new_host: String,
+    /// From the first request to the last acknowledgment.
+    pub duration_ms: u64,
+}
+
+/// `SingletonHandOverTimedOut`: `hand_over_timeout` passed; the node hosts anyway.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandOverTimedOut {
+    /// The singleton's name.
+    pub singleton: String,
+    /// The role hosts must carry, if any.
+    #[serde(default)]
+    pub role: Option<String>,
+    /// The node taking over.
+    pub new_host: String,
+    /// The peers that never acknowledged.
+    pub silent_peers: Vec<String>,
+    /// From the first request until it gave up waiting.
+    pub duration_ms: u64,
+}
+
+/// `SingletonStarted`, `SingletonStopped`, `SingletonRestarted`: the instance on the
+/// reporting node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SingletonInstance {
+    /// The singleton's name.
+    pub singleton: String,
+    /// The role hosts must carry, if any.
+    #[serde(default)]
+    pub role: Option<String>,
+    /// The node running (or having run) the instance.
+    pub host: String,
+    /// For a restart: the backoff before the respawn.
+    #[serde(default)]
+    pub backoff_ms: Option<u64>,
+    /// Why it stopped or restarted, when known.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// `LeaseAcquired`, `LeaseLost`, `LeaseReleased`: the singleton's lease on the reporting node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseChange {
+    /// The singleton's name.
+    pub singleton: String,
+    /// The role hosts must carry, if any.
+    #[serde(default)]
+    pub role: Option<String>,
+    /// The lease's name.
+    pub lease: String,
+    /// Who holds it after the change (`None` once released or lost).
+    #[serde(default)]
+    pub holder: Option<String>,
+    /// Why it was lost, when known.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// `SingletonMessagesHeld`, `SingletonMessagesFlushed`, `SingletonMessagesDeadLettered`:
+/// messages a manager without an instance held, later flushed in send order, or gave up on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SingletonMessages {
+    /// The singleton's name.
+    pub singleton: String,
+    /// The role hosts must carry, if any.
+    #[serde(default)]
+    pub role: Option<String>,
+    /// How many messages.
+    pub count: u64,
+}
