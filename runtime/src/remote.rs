@@ -10,9 +10,18 @@ mod address;
 pub mod envelope;
 pub mod frame;
 pub mod handshake;
+pub(crate) mod remoting;
+mod stats;
+mod tcp;
 mod transport;
 
 pub use address::{Address, AddressError, UniqueAddress};
 pub use envelope::{EnvelopeError, WireEnvelope};
 pub use handshake::ClusterSecret;
+pub use remoting::{
+    ACTOR_CHANNEL, ASK_REPLY_CHANNEL, RemoteMessage, RemoteRefError, Remoting, RemotingStats,
+    SYSTEM_CHANNEL,
+};
+pub use stats::{CloseReason, TransportStats, TransportStatsSnapshot};
+pub use tcp::{LOG_INTERVAL, TcpTransport, TcpTransportConfig, TcpTransportError};
 pub use transport::{InboundFrame, Transport, TransportError};

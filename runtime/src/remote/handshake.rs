@@ -658,7 +658,7 @@ mod tests {
         let actions;
         (b, actions) = step(b, HandshakeEvent::Start);
         collect(actions, &mut to_a);
-        while !(a.is_finished() && b.is_finished()) && !(to_a.is_empty() && to_b.is_empty()) {
+        while !to_a.is_empty() || !to_b.is_empty() {
             for msg in std::mem::take(&mut to_b) {
                 let actions;
                 (b, actions) = step(b, HandshakeEvent::Received(msg));
