@@ -1,9 +1,158 @@
-//! The Troupe node agent: the host process an application pod runs around the runtime
-//! (probes, shutdown order and control-plane reporting arrive with later issues).
+//! The Troupe node agent: the host process an application pod runs around the runtime — it
+//! binds the transport, joins the cluster, reports what happens, and leaves cleanly on SIGTERM.
+//! (Probes, control-plane reporting and demo workloads arrive with later issues.)
 
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::Parser;
+use tokio::sync::mpsc;
+use troupe::cluster::{Cluster, ClusterEvent, ClusterNotification, Member, MembershipSettings};
+use troupe::remote::{Address, ClusterSecret, TcpTransport, TcpTransportConfig};
 use troupe::{ActorSystem, SystemError};
 
-/// Start the agent's actor system named `name` on the current tokio runtime.
-pub fn start(name: &str) -> Result<ActorSystem, SystemError> {
-    ActorSystem::new(name)
+/// Command line and environment of `troupe-agent`.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "troupe-agent", version, about = "Run a Troupe node: join the cluster and host actors.")]
+pub struct AgentConfig {
+    /// Cluster (actor system) name; every node of a cluster uses the same one.
+    #[arg(long, env = "TROUPE_SYSTEM", default_value = "troupe")]
+    pub system: String,
+    /// Address to listen on for other nodes.
+    #[arg(long, env = "TROUPE_BIND", default_value = "127.0.0.1:2552")]
+    pub bind: SocketAddr,
+    /// Host name or IP other nodes use to reach this one (default: the bind IP).
+    #[arg(long, env = "TROUPE_ADVERTISED_HOST")]
+    pub advertised_host: Option<String>,
+    /// Seed node addresses (`troupe://<system>@<host>:<port>`), comma-separated; the first
+    /// may form a new cluster.
+    #[arg(long = "seed", env = "TROUPE_SEEDS", value_delimiter = ',')]
+    pub seeds: Vec<Address>,
+    /// This node's roles, comma-separated.
+    #[arg(long = "role", env = "TROUPE_ROLES", value_delimiter = ',')]
+    pub roles: Vec<String>,
+    /// Shared cluster secret (at least 16 bytes); every node needs the same one.
+    #[arg(long, env = "TROUPE_CLUSTER_SECRET", hide_env_values = true)]
+    pub secret: String,
+    /// Down a member that stays unreachable this many milliseconds (0 = never).
+    #[arg(long, env = "TROUPE_DOWN_AFTER_MS", default_value_t = 5_000)]
+    pub down_after_ms: u64,
+    /// Print each cluster event as one JSON line on stdout.
+    #[arg(long, env = "TROUPE_EVENTS_JSON", default_value_t = false)]
+    pub events_json: bool,
+}
+
+/// Why the agent could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The actor system could not be created.
+    #[error(transparent)]
+    System(#[from] SystemError),
+    /// The secret is unusable.
+    #[error("cluster secret: {0}")]
+    Secret(String),
+    /// The transport could not bind.
+    #[error("transport: {0}")]
+    Transport(String),
+    /// The cluster could not start.
+    #[error("cluster: {0}")]
+    Cluster(String),
+}
+
+/// A running node.
+#[derive(Debug)]
+pub struct Agent {
+    system: ActorSystem,
+    cluster: Cluster,
+}
+
+fn member_json(member: &Member) -> serde_json::Value {
+    serde_json::json!({
+        "address": member.address().to_string(),
+        "incarnation": member.node.incarnation,
+        "status": member.status.name(),
+        "roles": member.roles,
+    })
+}
+
+/// One cluster event as the JSON line the agent prints.
+#[must_use]
+pub fn event_json(event: &ClusterEvent) -> serde_json::Value {
+    let mut value = match event {
+        ClusterEvent::MemberJoined(m)
+        | ClusterEvent::MemberWeaklyUp(m)
+        | ClusterEvent::MemberUp(m)
+        | ClusterEvent::MemberLeft(m)
+        | ClusterEvent::MemberExited(m)
+        | ClusterEvent::MemberDown(m)
+        | ClusterEvent::MemberUnreachable(m)
+        | ClusterEvent::MemberReachable(m)
+        | ClusterEvent::SelfUp(m) => serde_json::json!({ "member": member_json(m) }),
+        ClusterEvent::MemberRemoved { member, previous } => {
+            serde_json::json!({ "member": member_json(member), "previous": previous.name() })
+        }
+        ClusterEvent::LeaderChanged(leader) => {
+            serde_json::json!({ "leader": leader.as_ref().map(ToString::to_string) })
+        }
+    };
+    value["event"] = serde_json::Value::from(event.kind());
+    value
+}
+
+impl Agent {
+    /// Bind the transport and start joining the cluster.
+    pub async fn start(config: AgentConfig) -> Result<Self, AgentError> {
+        let system = ActorSystem::new(&config.system)?;
+        let secret = ClusterSecret::new(config.secret.as_bytes()).map_err(|e| AgentError::Secret(e.to_string()))?;
+        let host = config
+            .advertised_host
+            .clone()
+            .unwrap_or_else(|| config.bind.ip().to_string());
+        let (inbound_tx, inbound_rx) = mpsc::channel(4_096);
+        let transport_config = TcpTransportConfig::new(&config.system, config.bind, secret)
+            .with_advertised_host(&host)
+            .with_incarnation(rand::random());
+        let transport = TcpTransport::bind(transport_config, inbound_tx)
+            .await
+            .map_err(|e| AgentError::Transport(e.to_string()))?;
+        let settings = MembershipSettings {
+            seeds: config.seeds.clone(),
+            roles: config.roles.iter().cloned().collect::<BTreeSet<_>>(),
+            down_after: (config.down_after_ms > 0).then(|| Duration::from_millis(config.down_after_ms)),
+            ..MembershipSettings::default()
+        };
+        let cluster = Cluster::start(&system, transport, inbound_rx, settings, None).map_err(|e| AgentError::Cluster(e.to_string()))?;
+        if config.events_json {
+            let mut events = cluster.subscribe();
+            tokio::spawn(async move {
+                while let Some(notification) = events.recv().await {
+                    if let ClusterNotification::Event(event) = notification {
+                        println!("{}", event_json(&event));
+                    }
+                }
+            });
+        }
+        tracing::info!(node = %cluster.self_node(), "agent started");
+        Ok(Self { system, cluster })
+    }
+
+    /// The cluster handle.
+    #[must_use]
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
+    /// The actor system.
+    #[must_use]
+    pub fn system(&self) -> &ActorSystem {
+        &self.system
+    }
+
+    /// Leave the cluster (waiting at most `grace` to be removed), then stop every actor.
+    pub async fn shutdown(self, grace: Duration) {
+        self.cluster.leave();
+        let _ = tokio::time::timeout(grace, self.cluster.terminated()).await;
+        self.system.shutdown().await;
+    }
 }

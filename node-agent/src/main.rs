@@ -1,14 +1,30 @@
-//! `troupe-agent`: runs an actor system until Ctrl-C, then shuts it down in order.
+//! `troupe-agent`: parse config, start the node, leave the cluster on Ctrl-C or SIGTERM.
+
+use std::time::Duration;
+
+use clap::Parser;
+use troupe_agent::{Agent, AgentConfig};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
         .init();
-    let name = std::env::args().nth(1).unwrap_or_else(|| "troupe".to_owned());
-    let system = troupe_agent::start(&name)?;
-    tracing::info!(system = system.name(), "agent started; Ctrl-C stops it");
-    tokio::signal::ctrl_c().await?;
-    system.shutdown().await;
+    let config = AgentConfig::parse();
+    let agent = Agent::start(config).await?;
+    shutdown_signal().await?;
+    tracing::info!("shutting down: leaving the cluster");
+    agent.shutdown(Duration::from_secs(10)).await;
+    Ok(())
+}
+
+async fn shutdown_signal() -> anyhow::Result<()> {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        biased;
+        result = tokio::signal::ctrl_c() => result?,
+        _ = terminate.recv() => {}
+    }
     Ok(())
 }

@@ -94,8 +94,7 @@ impl<M: Send + 'static> ActorRef<M> {
     /// A refused message is not published as a dead letter: the caller has it.
     pub fn try_tell(&self, message: M) -> Result<(), SendError<M>> {
         self.cell
-            .mailbox
-            .push_user(crate::cell::Envelope::Message {
+            .deliver(crate::cell::Envelope::Message {
                 message,
                 sender: None,
             })
@@ -135,7 +134,7 @@ impl<M: Send + 'static> ActorRef<M> {
 
     /// Ask the actor to stop after its current message; queued messages become dead letters.
     pub fn stop(&self) {
-        let _ = self.cell.mailbox.push_system(SystemMsg::Stop);
+        let _ = AnyCell::send_system(&*self.cell, SystemMsg::Stop);
     }
 
     /// Enqueue a poison pill: the actor processes everything queued before it, then stops.
@@ -256,5 +255,36 @@ impl AnyActorRef {
             .downcast::<Cell<M>>()
             .ok()
             .map(|cell| ActorRef { cell })
+    }
+}
+
+impl<M: crate::remote::RemoteMessage> serde::Serialize for ActorRef<M> {
+    /// A ref travels as its full path, naming this node for a local actor.
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::Error;
+        let path = match self.cell.path.address() {
+            Some(_) => self.cell.path.to_string(),
+            None => {
+                let remoting = crate::remote::remoting::current_context().ok_or_else(|| {
+                    S::Error::custom("an ActorRef can only be serialized by remoting")
+                })?;
+                self.cell
+                    .path
+                    .with_address(&remoting.local().address)
+                    .to_string()
+            }
+        };
+        serializer.serialize_str(&path)
+    }
+}
+
+impl<'de, M: crate::remote::RemoteMessage> serde::Deserialize<'de> for ActorRef<M> {
+    /// A received ref always delivers through remoting — the loopback when it names this node.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let path = String::deserialize(deserializer)?;
+        let remoting = crate::remote::remoting::current_context()
+            .ok_or_else(|| D::Error::custom("an ActorRef can only be deserialized by remoting"))?;
+        remoting.actor_ref::<M>(&path).map_err(D::Error::custom)
     }
 }

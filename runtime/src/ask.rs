@@ -12,6 +12,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
 use crate::actor_ref::ActorRef;
@@ -19,15 +21,33 @@ use crate::cell::Envelope;
 use crate::dead_letter::{DeadLetter, DeadLetterReason};
 use crate::mailbox::Refused;
 use crate::path::ActorPath;
+use crate::remote::Address;
+use crate::remote::remoting::{PendingReply, Remoting, current_context, with_context};
 use crate::system::SystemShared;
 
 /// The default ask timeout.
 pub const DEFAULT_ASK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The reply channel inside an ask's message. Reply once with [`ReplyTo::send`].
+///
+/// A `ReplyTo` can travel inside a message to another node (it serializes as this node's
+/// address and an ask id); the reply then comes back over the network to the asker.
 pub struct ReplyTo<T> {
-    tx: oneshot::Sender<T>,
-    asker: AskerInfo,
+    inner: ReplyInner<T>,
+}
+
+enum ReplyInner<T> {
+    Local {
+        /// Taken when the reply is sent, or when the channel is serialized for another node.
+        tx: parking_lot::Mutex<Option<oneshot::Sender<T>>>,
+        asker: AskerInfo,
+    },
+    Remote {
+        remoting: Arc<Remoting>,
+        node: Address,
+        id: u64,
+        encode: fn(&T) -> Result<Vec<u8>, postcard::Error>,
+    },
 }
 
 struct AskerInfo {
@@ -37,28 +57,133 @@ struct AskerInfo {
 
 impl<T> fmt::Debug for ReplyTo<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ReplyTo(ask to {})", self.asker.recipient)
+        match &self.inner {
+            ReplyInner::Local { asker, .. } => write!(f, "ReplyTo(ask to {})", asker.recipient),
+            ReplyInner::Remote { node, id, .. } => write!(f, "ReplyTo(ask {id} from {node})"),
+        }
     }
 }
 
 impl<T: Send + 'static> ReplyTo<T> {
-    /// Send the reply. If the asker no longer waits, the reply becomes a dead letter.
-    pub fn send(self, value: T) {
-        if self.tx.send(value).is_err() {
-            let recipient = self.asker.recipient.clone();
-            self.asker.system.dead_letters.publish(DeadLetter {
-                recipient: recipient.root_child("temp"),
-                sender: Some(recipient),
-                message_type: std::any::type_name::<T>(),
-                reason: DeadLetterReason::AskerGone,
-            });
+    pub(crate) fn local(
+        tx: oneshot::Sender<T>,
+        system: Arc<SystemShared>,
+        recipient: ActorPath,
+    ) -> Self {
+        Self {
+            inner: ReplyInner::Local {
+                tx: parking_lot::Mutex::new(Some(tx)),
+                asker: AskerInfo { system, recipient },
+            },
         }
     }
 
-    /// Whether the asker is still waiting.
+    /// Send the reply. If the asker no longer waits, the reply becomes a dead letter.
+    pub fn send(self, value: T) {
+        match self.inner {
+            ReplyInner::Local { tx, asker } => {
+                let sent = match tx.lock().take() {
+                    Some(tx) => tx.send(value).is_ok(),
+                    None => false,
+                };
+                if !sent {
+                    let recipient = asker.recipient.clone();
+                    asker.system.dead_letters.publish(DeadLetter {
+                        recipient: recipient.root_child("temp"),
+                        sender: Some(recipient),
+                        message_type: std::any::type_name::<T>(),
+                        reason: DeadLetterReason::AskerGone,
+                    });
+                }
+            }
+            ReplyInner::Remote {
+                remoting,
+                node,
+                id,
+                encode,
+            } => match with_context(&remoting, || encode(&value)) {
+                Ok(body) => {
+                    if !remoting.send_reply(&node, id, body) {
+                        tracing::warn!(asker = %node, ask = id, "ask reply could not be sent");
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(asker = %node, ask = id, %error, "ask reply does not serialize")
+                }
+            },
+        }
+    }
+
+    /// Whether the asker is still waiting (always true for an asker on another node).
     #[must_use]
     pub fn is_waiting(&self) -> bool {
-        !self.tx.is_closed()
+        match &self.inner {
+            ReplyInner::Local { tx, .. } => tx.lock().as_ref().is_some_and(|tx| !tx.is_closed()),
+            ReplyInner::Remote { .. } => true,
+        }
+    }
+}
+
+/// An ask from this node waiting for a reply from another.
+struct PendingAsk<T> {
+    tx: oneshot::Sender<T>,
+}
+
+impl<T: DeserializeOwned + Send + 'static> PendingReply for PendingAsk<T> {
+    fn complete(self: Box<Self>, body: &[u8]) -> bool {
+        match postcard::from_bytes::<T>(body) {
+            Ok(value) => self.tx.send(value).is_ok(),
+            Err(error) => {
+                tracing::warn!(%error, "ask reply does not decode");
+                false
+            }
+        }
+    }
+
+    fn is_abandoned(&self) -> bool {
+        self.tx.is_closed()
+    }
+}
+
+impl<T> Serialize for ReplyTo<T>
+where
+    T: Serialize + DeserializeOwned + Send + 'static,
+{
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::Error;
+        let remoting = current_context()
+            .ok_or_else(|| S::Error::custom("a ReplyTo can only be serialized by remoting"))?;
+        match &self.inner {
+            ReplyInner::Local { tx, .. } => {
+                let tx = tx
+                    .lock()
+                    .take()
+                    .ok_or_else(|| S::Error::custom("this ReplyTo was already used"))?;
+                let id = remoting.register_ask(Box::new(PendingAsk { tx }));
+                (&remoting.local().address, id).serialize(serializer)
+            }
+            ReplyInner::Remote { node, id, .. } => (node, *id).serialize(serializer),
+        }
+    }
+}
+
+impl<'de, T> Deserialize<'de> for ReplyTo<T>
+where
+    T: Serialize + DeserializeOwned + Send + 'static,
+{
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let (node, id) = <(Address, u64)>::deserialize(deserializer)?;
+        let remoting = current_context()
+            .ok_or_else(|| D::Error::custom("a ReplyTo can only be deserialized by remoting"))?;
+        Ok(Self {
+            inner: ReplyInner::Remote {
+                remoting,
+                node,
+                id,
+                encode: |value| postcard::to_allocvec(value),
+            },
+        })
     }
 }
 
@@ -141,16 +266,10 @@ where
     fn into_future(self) -> Self::IntoFuture {
         let (tx, rx) = oneshot::channel();
         let cell = &self.target.cell;
-        let reply = ReplyTo {
-            tx,
-            asker: AskerInfo {
-                system: Arc::clone(&cell.system),
-                recipient: cell.path.clone(),
-            },
-        };
+        let reply = ReplyTo::local(tx, Arc::clone(&cell.system), cell.path.clone());
         let message = (self.make)(reply);
         let recipient = || cell.path.clone();
-        let pushed = cell.mailbox.push_user(Envelope::Message {
+        let pushed = cell.deliver(Envelope::Message {
             message,
             sender: None,
         });

@@ -16,6 +16,7 @@ use crate::dead_letter::{DeadLetter, DeadLetterReason};
 use crate::death_watch::Terminated;
 use crate::mailbox::{DepthSource, Mailbox, MailboxConfig, Refused};
 use crate::path::ActorPath;
+use crate::remote::remoting::RemoteTarget;
 use crate::system::SystemShared;
 
 /// A process-unique identity of one actor incarnation. A new actor at a reused path gets a new
@@ -71,6 +72,8 @@ pub(crate) trait AnyCell: Send + Sync + 'static {
     fn mailbox_depth(&self) -> usize;
     fn termination(&self) -> &Termination;
     fn poison_pill(&self);
+    /// For a cell that stands for a remote actor: that actor has terminated (or its node left).
+    fn remote_terminated(&self);
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
 }
 
@@ -119,6 +122,9 @@ impl Termination {
     }
 }
 
+/// The shared state behind an [`crate::ActorRef`]. A cell either hosts a local actor (its
+/// mailbox is served by the actor's task) or stands for an actor on another node (`remote` is
+/// set; messages are encoded and sent, the mailbox stays unused).
 pub(crate) struct Cell<M> {
     pub(crate) id: ActorId,
     pub(crate) path: ActorPath,
@@ -126,6 +132,14 @@ pub(crate) struct Cell<M> {
     pub(crate) system: Arc<SystemShared>,
     pub(crate) children: Mutex<Children>,
     pub(crate) termination: Termination,
+    pub(crate) remote: Option<Box<Remote<M>>>,
+}
+
+/// The remote half of a cell that stands for an actor on another node.
+pub(crate) struct Remote<M> {
+    target: RemoteTarget<M>,
+    watchers: Mutex<Vec<Arc<dyn AnyCell>>>,
+    me: std::sync::Weak<dyn AnyCell>,
 }
 
 impl<M: Send + 'static> Cell<M> {
@@ -137,23 +151,74 @@ impl<M: Send + 'static> Cell<M> {
             system,
             children: Mutex::new(Children::default()),
             termination: Termination::default(),
+            remote: None,
+        }
+    }
+
+    /// A cell standing for the actor at `path` on another node (or on this node, reached through
+    /// the loopback).
+    pub(crate) fn new_remote(
+        path: ActorPath,
+        system: Arc<SystemShared>,
+        target: RemoteTarget<M>,
+    ) -> Arc<Self> {
+        Arc::new_cyclic(|me: &std::sync::Weak<Self>| {
+            let me: std::sync::Weak<dyn AnyCell> = me.clone();
+            Self {
+                id: ActorId::next(),
+                path,
+                mailbox: Mailbox::new(MailboxConfig::Unbounded),
+                system,
+                children: Mutex::new(Children::default()),
+                termination: Termination::default(),
+                remote: Some(Box::new(Remote {
+                    target,
+                    watchers: Mutex::new(Vec::new()),
+                    me,
+                })),
+            }
+        })
+    }
+
+    /// Hand an envelope to the actor: its mailbox, or the network for a remote actor.
+    pub(crate) fn deliver(&self, envelope: Envelope<M>) -> Result<(), Refused<Envelope<M>>> {
+        let Some(remote) = &self.remote else {
+            return self.mailbox.push_user(envelope);
+        };
+        match envelope {
+            Envelope::Message { message, sender } => remote
+                .target
+                .send(&self.path, message, sender.as_ref())
+                .map_err(|message| Refused::Closed(Envelope::Message { message, sender })),
+            Envelope::PoisonPill => {
+                remote.target.remoting.stop_remote(
+                    &remote.target.address,
+                    self.path.elements(),
+                    true,
+                );
+                Ok(())
+            }
         }
     }
 
     /// Enqueue a message; undeliverable ones are published as dead letters.
     pub(crate) fn tell(&self, message: M, sender: Option<ActorPath>) {
-        if let Err(refused) = self
-            .mailbox
-            .push_user(Envelope::Message { message, sender })
-        {
+        if let Err(refused) = self.deliver(Envelope::Message { message, sender }) {
             self.dead_letter_refused(refused);
         }
     }
 
     pub(crate) fn dead_letter_refused(&self, refused: Refused<Envelope<M>>) {
-        let (envelope, reason) = match refused {
-            Refused::Closed(envelope) => (envelope, DeadLetterReason::RecipientStopped),
-            Refused::Full(envelope) => (envelope, DeadLetterReason::MailboxFull),
+        let (envelope, reason) = match (refused, &self.remote) {
+            (Refused::Closed(envelope), Some(remote)) => (
+                envelope,
+                DeadLetterReason::Other(format!(
+                    "could not be sent to node {}",
+                    remote.target.address
+                )),
+            ),
+            (Refused::Closed(envelope), None) => (envelope, DeadLetterReason::RecipientStopped),
+            (Refused::Full(envelope), _) => (envelope, DeadLetterReason::MailboxFull),
         };
         self.dead_letter_envelope(envelope, reason);
     }
@@ -192,7 +257,42 @@ impl<M: Send + 'static> AnyCell for Cell<M> {
     }
 
     fn send_system(&self, message: SystemMsg) -> Result<(), SystemMsg> {
-        self.mailbox.push_system(message)
+        let Some(remote) = &self.remote else {
+            return self.mailbox.push_system(message);
+        };
+        let target = &remote.target;
+        match message {
+            SystemMsg::Stop => {
+                target
+                    .remoting
+                    .stop_remote(&target.address, self.path.elements(), false);
+                Ok(())
+            }
+            SystemMsg::Watch(watcher) => {
+                if self.termination.is_done() {
+                    return Err(SystemMsg::Watch(watcher));
+                }
+                let first = {
+                    let mut watchers = remote.watchers.lock();
+                    watchers.push(watcher);
+                    watchers.len() == 1
+                };
+                if first {
+                    target.remoting.watch_remote(
+                        &target.address,
+                        self.path.elements(),
+                        remote.me.clone(),
+                    );
+                }
+                Ok(())
+            }
+            SystemMsg::Unwatch(id) => {
+                remote.watchers.lock().retain(|w| w.id() != id);
+                Ok(())
+            }
+            // Nothing else is meaningful for an actor on another node.
+            _ => Ok(()),
+        }
     }
 
     fn children(&self) -> &Mutex<Children> {
@@ -203,12 +303,24 @@ impl<M: Send + 'static> AnyCell for Cell<M> {
         self.mailbox.depth()
     }
 
+    fn remote_terminated(&self) {
+        let Some(remote) = &self.remote else { return };
+        self.termination.mark_done();
+        let terminated = Terminated {
+            path: self.path.clone(),
+            id: self.id,
+        };
+        for watcher in remote.watchers.lock().drain(..) {
+            let _ = watcher.send_system(SystemMsg::Terminated(terminated.clone()));
+        }
+    }
+
     fn termination(&self) -> &Termination {
         &self.termination
     }
 
     fn poison_pill(&self) {
-        if let Err(refused) = self.mailbox.push_user(Envelope::PoisonPill) {
+        if let Err(refused) = self.deliver(Envelope::PoisonPill) {
             self.dead_letter_refused(refused);
         }
     }

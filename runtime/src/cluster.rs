@@ -41,7 +41,7 @@ pub use vector_clock::{Causality, VectorClock};
 pub use wire::{CLUSTER_CHANNEL, WireError, decode_cluster_frame, encode_cluster_frame};
 
 use crate::actor_ref::ActorRef;
-use crate::remote::{Address, InboundFrame, Transport, UniqueAddress};
+use crate::remote::{Address, InboundFrame, Remoting, Transport, UniqueAddress};
 use crate::system::ActorSystem;
 
 /// What a cluster subscriber receives: the view at subscription time, then each change.
@@ -90,12 +90,15 @@ pub(crate) struct Shared {
     view: ClusterView,
     subscribers: Vec<Subscriber>,
     terminated: bool,
+    /// Every new view, including changes no event names (such as convergence).
+    views: tokio::sync::watch::Sender<ClusterView>,
 }
 
 impl Shared {
     /// Replace the view and deliver the difference to every subscriber.
     pub(crate) fn publish(&mut self, new: ClusterView, system: &ActorSystem) -> Vec<ClusterEvent> {
         let events = diff(&self.view, &new);
+        self.views.send_replace(new.clone());
         self.view = new;
         for event in &events {
             let notification = ClusterNotification::Event(event.clone());
@@ -118,6 +121,7 @@ struct Inner {
     shared: Arc<Mutex<Shared>>,
     daemon: ActorRef<daemon::DaemonMsg>,
     transport: Arc<dyn Transport>,
+    remoting: Arc<Remoting>,
 }
 
 impl fmt::Debug for Cluster {
@@ -140,6 +144,9 @@ impl Cluster {
     ) -> Result<Self, ClusterError> {
         settings.validate()?;
         let me = transport.local().clone();
+        let remoting = Remoting::start(system, Arc::clone(&transport), inbound);
+        let (cluster_frames, cluster_inbound) = mpsc::unbounded_channel();
+        remoting.set_cluster_handler(cluster_frames);
         let shared = Arc::new(Mutex::new(Shared {
             view: ClusterView {
                 self_node: Some(me.clone()),
@@ -147,11 +154,12 @@ impl Cluster {
             },
             subscribers: Vec::new(),
             terminated: false,
+            views: tokio::sync::watch::channel(ClusterView::default()).0,
         }));
         let daemon = daemon::spawn(
             system,
-            Arc::clone(&transport),
-            inbound,
+            Arc::clone(&remoting),
+            cluster_inbound,
             settings,
             rng_seed,
             Arc::clone(&shared),
@@ -163,6 +171,7 @@ impl Cluster {
                 shared,
                 daemon,
                 transport,
+                remoting,
             }),
         })
     }
@@ -183,6 +192,12 @@ impl Cluster {
     #[must_use]
     pub fn system(&self) -> &ActorSystem {
         &self.inner.system
+    }
+
+    /// Remote messaging on this node: register message types, make refs to remote actors.
+    #[must_use]
+    pub fn remoting(&self) -> &Arc<Remoting> {
+        &self.inner.remoting
     }
 
     /// The transport to the other nodes.
@@ -231,6 +246,26 @@ impl Cluster {
     #[must_use]
     pub fn is_terminated(&self) -> bool {
         self.inner.shared.lock().terminated
+    }
+
+    /// Wait until this node's view satisfies `condition` (checked now and on every new view,
+    /// including changes no event names, such as convergence).
+    pub async fn wait_for_view(
+        &self,
+        mut condition: impl FnMut(&ClusterView) -> bool,
+    ) -> ClusterView {
+        let mut views = self.inner.shared.lock().views.subscribe();
+        loop {
+            {
+                let view = self.view();
+                if condition(&view) {
+                    return view;
+                }
+            }
+            if views.changed().await.is_err() {
+                return self.view();
+            }
+        }
     }
 
     /// The current view first, then every change, exactly once and in order.

@@ -3,14 +3,19 @@
 use std::fmt;
 use std::sync::Arc;
 
-/// Where an actor lives: its system and its slash-separated path from the root.
+use crate::remote::Address;
+
+/// Where an actor lives: its system, the node (for a remote actor), and its slash-separated
+/// path from the root.
 ///
-/// Cheap to clone (two reference counts). Two paths are equal when system and elements match;
-/// a restarted actor at the same path has the same path but a different [`crate::ActorId`].
+/// Cheap to clone (a few reference counts). Two paths are equal when system, node and elements
+/// match; a restarted actor at the same path has the same path but a different
+/// [`crate::ActorId`].
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ActorPath {
     system: Arc<str>,
     elements: Arc<str>,
+    address: Option<Arc<Address>>,
 }
 
 /// The URI scheme of actor paths.
@@ -21,7 +26,31 @@ impl ActorPath {
         Self {
             system,
             elements: Arc::from(""),
+            address: None,
         }
+    }
+
+    /// The path `elements` (such as `/user/worker`) on the node at `address`.
+    #[must_use]
+    pub fn remote(address: &Address, elements: &str) -> Self {
+        Self {
+            system: Arc::clone(&address.system),
+            elements: Arc::from(elements),
+            address: Some(Arc::new(address.clone())),
+        }
+    }
+
+    /// The node this path is on, for a path that names one (remote refs, or local paths
+    /// rendered for other nodes).
+    #[must_use]
+    pub fn address(&self) -> Option<&Address> {
+        self.address.as_deref()
+    }
+
+    /// This path on the node at `address`.
+    #[must_use]
+    pub fn with_address(&self, address: &Address) -> Self {
+        Self::remote(address, &self.elements)
     }
 
     pub(crate) fn child(&self, name: &str) -> Self {
@@ -32,12 +61,15 @@ impl ActorPath {
         Self {
             system: Arc::clone(&self.system),
             elements: Arc::from(elements),
+            address: self.address.clone(),
         }
     }
 
     /// The path `/<name>` directly under the root of the same system.
     pub(crate) fn root_child(&self, name: &str) -> Self {
-        Self::root(Arc::clone(&self.system)).child(name)
+        let mut root = Self::root(Arc::clone(&self.system));
+        root.address = self.address.clone();
+        root.child(name)
     }
 
     /// The name of the actor system this path belongs to.
@@ -61,7 +93,14 @@ impl ActorPath {
 
 impl fmt::Display for ActorPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{SCHEME}://{}{}", self.system, self.elements)
+        match &self.address {
+            Some(address) => write!(
+                f,
+                "{SCHEME}://{}@{}:{}{}",
+                self.system, address.host, address.port, self.elements
+            ),
+            None => write!(f, "{SCHEME}://{}{}", self.system, self.elements),
+        }
     }
 }
 
@@ -117,13 +156,18 @@ pub fn validate_name(name: &str) -> Result<(), InvalidName> {
     Ok(())
 }
 
-/// Split a path given as `/user/a/b` or `troupe://system/user/a/b` into its system (if any)
-/// and its elements.
+/// Split a path given as `/user/a/b`, `troupe://system/user/a/b` or
+/// `troupe://system@host:port/user/a/b` into its system (if any) and its elements; the node
+/// part, if any, is returned by [`parse_address`].
 pub(crate) fn parse(path: &str) -> Option<(Option<&str>, Vec<&str>)> {
     let (system, rest) = match path.strip_prefix("troupe://") {
         Some(rest) => {
             let slash = rest.find('/').unwrap_or(rest.len());
-            (Some(&rest[..slash]), &rest[slash..])
+            let authority = &rest[..slash];
+            let system = authority
+                .split_once('@')
+                .map_or(authority, |(system, _)| system);
+            (Some(system), &rest[slash..])
         }
         None => (None, path),
     };
@@ -136,6 +180,16 @@ pub(crate) fn parse(path: &str) -> Option<(Option<&str>, Vec<&str>)> {
         return None;
     }
     Some((system, elements))
+}
+
+/// The node named in a full path (`troupe://system@host:port/...`), if it names one.
+pub(crate) fn parse_address(path: &str) -> Option<Address> {
+    let rest = path.strip_prefix("troupe://")?;
+    let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
+    if !authority.contains('@') {
+        return None;
+    }
+    format!("troupe://{authority}").parse().ok()
 }
 
 #[cfg(test)]
@@ -169,5 +223,20 @@ mod tests {
         );
         assert_eq!(parse("user/a"), None);
         assert_eq!(parse("/user//a"), None);
+    }
+
+    #[test]
+    fn remote_paths_carry_and_render_their_node() {
+        let full = "troupe://app@10.0.0.1:2552/user/worker";
+        assert_eq!(parse(full), Some((Some("app"), vec!["user", "worker"])));
+        let address = parse_address(full).unwrap();
+        assert_eq!(address, Address::new("app", "10.0.0.1", 2552));
+        let path = ActorPath::remote(&address, "/user/worker");
+        assert_eq!(path.to_string(), full);
+        assert_eq!(
+            path.child("child").to_string(),
+            "troupe://app@10.0.0.1:2552/user/worker/child"
+        );
+        assert_eq!(parse_address("troupe://app/user/worker"), None);
     }
 }

@@ -41,6 +41,7 @@ pub(crate) struct SystemShared {
     pub(crate) dead_letters: DeadLetters,
     pub(crate) runtime: tokio::runtime::Handle,
     guardians: Mutex<Option<Guardians>>,
+    remoting: std::sync::OnceLock<Arc<crate::remote::Remoting>>,
     terminated: Notify,
     is_terminated: std::sync::atomic::AtomicBool,
 }
@@ -62,6 +63,16 @@ impl Actor for Guardian {
 
     async fn handle(&mut self, msg: Never, _ctx: &mut Context<Self>) -> Result<(), ActorError> {
         match msg {}
+    }
+}
+
+impl SystemShared {
+    /// Attach remoting, once; a second attach returns the first.
+    pub(crate) fn attach_remoting(
+        &self,
+        remoting: Arc<crate::remote::Remoting>,
+    ) -> Arc<crate::remote::Remoting> {
+        Arc::clone(self.remoting.get_or_init(|| remoting))
     }
 }
 
@@ -180,6 +191,7 @@ impl ActorSystem {
             events,
             runtime,
             guardians: Mutex::new(None),
+            remoting: std::sync::OnceLock::new(),
             terminated: Notify::new(),
             is_terminated: std::sync::atomic::AtomicBool::new(false),
         });
@@ -218,6 +230,13 @@ impl ActorSystem {
     #[must_use]
     pub fn dead_letters(&self) -> &DeadLetters {
         &self.shared.dead_letters
+    }
+
+    /// This system's remoting, once a transport has been attached (see
+    /// [`crate::remote::Remoting::start`]).
+    #[must_use]
+    pub fn remoting(&self) -> Option<&Arc<crate::remote::Remoting>> {
+        self.shared.remoting.get()
     }
 
     /// The tokio runtime the actors run on.

@@ -21,7 +21,7 @@ use crate::actor::{Actor, ActorError};
 use crate::actor_ref::ActorRef;
 use crate::context::Context;
 use crate::props::Props;
-use crate::remote::{InboundFrame, Transport};
+use crate::remote::{InboundFrame, Remoting, Transport};
 use crate::supervision::SupervisorStrategy;
 use crate::system::{ActorSystem, SpawnError};
 
@@ -51,7 +51,8 @@ pub(crate) enum DaemonMsg {
 struct ClusterDaemon {
     membership: Membership,
     transport: Arc<dyn Transport>,
-    inbound: Option<mpsc::Receiver<InboundFrame>>,
+    remoting: Arc<Remoting>,
+    inbound: Option<mpsc::UnboundedReceiver<InboundFrame>>,
     shared: Arc<Mutex<Shared>>,
     rng: SmallRng,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -59,20 +60,21 @@ struct ClusterDaemon {
 
 pub(crate) fn spawn(
     system: &ActorSystem,
-    transport: Arc<dyn Transport>,
-    inbound: mpsc::Receiver<InboundFrame>,
+    remoting: Arc<Remoting>,
+    inbound: mpsc::UnboundedReceiver<InboundFrame>,
     settings: MembershipSettings,
     rng_seed: Option<u64>,
     shared: Arc<Mutex<Shared>>,
 ) -> Result<ActorRef<DaemonMsg>, ClusterError> {
-    let me = transport.local().clone();
-    let mut parts = Some((transport, inbound, settings, shared));
+    let me = remoting.local().clone();
+    let mut parts = Some((remoting, inbound, settings, shared));
     let props = Props::new(move || {
-        let (transport, inbound, settings, shared) =
+        let (remoting, inbound, settings, shared) =
             parts.take().expect("the cluster daemon is built once");
         ClusterDaemon {
             membership: Membership::new(me.clone(), settings, Instant::now()),
-            transport,
+            transport: Arc::clone(remoting.transport()),
+            remoting,
             inbound: Some(inbound),
             shared,
             rng: SmallRng::seed_from_u64(rng_seed.unwrap_or_else(rand::random)),
@@ -121,6 +123,7 @@ impl ClusterDaemon {
         shared.publish(view, &system);
         drop(shared);
         for address in removed {
+            self.remoting.node_removed(&address);
             if address != self.membership.me().address {
                 self.transport.disconnect(&address);
             }

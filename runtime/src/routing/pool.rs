@@ -25,6 +25,7 @@ use super::logic::{RoutingLogic, RoutingStrategy, Selection};
 
 type ExtractKey<M> = Arc<dyn Fn(&M) -> String + Send + Sync>;
 type RouteeProps<A> = Box<dyn FnMut() -> Props<A> + Send>;
+type CloneMessage<M> = fn(&M) -> M;
 
 /// A router configuration that cannot work.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -51,7 +52,7 @@ pub struct PoolRouterConfig<A: Actor> {
     strategy: RoutingStrategy,
     routee_props: RouteeProps<A>,
     extract_key: Option<ExtractKey<A::Msg>>,
-    clone_message: Option<fn(&A::Msg) -> A::Msg>,
+    clone_message: Option<CloneMessage<A::Msg>>,
     seed: Option<u64>,
 }
 
