@@ -22,6 +22,7 @@ pub use remoting::{
     ACTOR_CHANNEL, ASK_REPLY_CHANNEL, RemoteMessage, RemoteRefError, Remoting, RemotingStats,
     SYSTEM_CHANNEL,
 };
+pub use sim::{DropReason, LinkConfig, SimNetwork, SimTransport, TraceEvent, TraceOutcome};
 pub use stats::{CloseReason, TransportStats, TransportStatsSnapshot};
 pub use tcp::{LOG_INTERVAL, TcpTransport, TcpTransportConfig, TcpTransportError};
 pub use transport::{InboundFrame, Transport, TransportError};
