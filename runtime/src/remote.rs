@@ -11,6 +11,7 @@ pub mod envelope;
 pub mod frame;
 pub mod handshake;
 pub(crate) mod remoting;
+mod sim;
 mod stats;
 mod tcp;
 mod transport;
