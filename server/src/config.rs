@@ -1,0 +1,104 @@
+//! The server's configuration: command-line flags, each with an environment variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+/// `troupe-server`: the Troupe control plane.
+///
+/// Every option can also be set through the environment variable shown beside it; a flag wins
+/// over the variable.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "troupe-server", version, about, long_about = None)]
+pub struct Config {
+    /// Address the HTTP server listens on (API, ingest, live stream, metrics).
+    #[arg(long, env = "TROUPE_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+
+    /// PostgreSQL URL (`postgres://user:pass@host/db`), the production store. Without it the
+    /// server keeps its history in an embedded SQLite file (see --sqlite-path).
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+
+    /// SQLite file used when no DATABASE_URL is set; created if missing.
+    #[arg(
+        long,
+        env = "TROUPE_SQLITE_PATH",
+        default_value = "troupe-control-plane.sqlite"
+    )]
+    pub sqlite_path: PathBuf,
+
+    /// Largest number of database connections the server opens.
+    #[arg(long, env = "TROUPE_DB_MAX_CONNECTIONS", default_value_t = 8)]
+    pub db_max_connections: u32,
+
+    /// Bearer token agents must send to the ingest endpoint. When unset, the server makes up
+    /// a random one at start and logs it (fine for a laptop, not for production).
+    #[arg(long, env = "TROUPE_INGEST_TOKEN", hide_env_values = true)]
+    pub ingest_token: Option<String>,
+
+    /// Bearer token for member operations (leave, down). Without it they are refused.
+    #[arg(long, env = "TROUPE_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+
+    /// Allow member operations (leave, down) through the API; off by default, and even then
+    /// they need the admin token.
+    #[arg(long, env = "TROUPE_ENABLE_MEMBER_OPERATIONS", default_value_t = false)]
+    pub enable_member_operations: bool,
+
+    /// Days of history kept; older events, dead letters and depth samples are deleted in the
+    /// background. 0 keeps everything.
+    #[arg(long, env = "TROUPE_RETENTION_DAYS", default_value_t = 7)]
+    pub retention_days: u32,
+
+    /// Largest ingest request body accepted, in bytes; larger ones get 413.
+    #[arg(long, env = "TROUPE_MAX_BODY_BYTES", default_value_t = 8 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+
+    /// HTTP worker threads (default: one per core).
+    #[arg(long, env = "TROUPE_WORKERS")]
+    pub workers: Option<usize>,
+
+    /// Seconds in-flight requests get to finish on SIGTERM before the server stops anyway.
+    #[arg(long, env = "TROUPE_SHUTDOWN_TIMEOUT_SECS", default_value_t = 30)]
+    pub shutdown_timeout_secs: u64,
+
+    /// Write logs as JSON lines (one object per line) instead of text.
+    #[arg(long, env = "TROUPE_LOG_JSON", default_value_t = false)]
+    pub log_json: bool,
+
+    /// Log filter in `tracing` syntax (`info`, `troupe_server=debug,sqlx=warn`).
+    #[arg(long, env = "RUST_LOG", default_value = "info")]
+    pub log_filter: String,
+}
+
+impl Config {
+    /// The defaults, ignoring the command line and the environment: for tests and embedding.
+    #[must_use]
+    pub fn defaults() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            database_url: None,
+            sqlite_path: PathBuf::from("troupe-control-plane.sqlite"),
+            db_max_connections: 8,
+            ingest_token: None,
+            admin_token: None,
+            enable_member_operations: false,
+            retention_days: 7,
+            max_body_bytes: 8 * 1024 * 1024,
+            workers: None,
+            shutdown_timeout_secs: 30,
+            log_json: false,
+            log_filter: "info".to_owned(),
+        }
+    }
+
+    /// How long history is kept, if it expires.
+    #[must_use]
+    pub fn retention(&self) -> Option<Duration> {
+        (self.retention_days > 0)
+            .then(|| Duration::from_secs(u64::from(self.retention_days) * 86_400))
+    }
+}

@@ -1,0 +1,589 @@
+//! The history store: PostgreSQL in production, an embedded SQLite file when no database is
+//! configured. All SQL lives in this module and its children.
+//!
+//! # One SQL text, two backends
+//! Reads and the current-state upserts are written once in the dialect both backends accept
+//! (`$N` parameters, `ON CONFLICT … DO UPDATE`, integer time arithmetic) and expanded for each
+//! pool by [`with_pool!`]. Only the bulk inserts differ: `UNNEST` arrays on PostgreSQL, one
+//! prepared statement per row on SQLite.
+//!
+//! # Ingest
+//! A batch is written in one transaction: the agent's row, the batch's `(agent, sequence)`
+//! marker, its events, dead letters and depth ticks, and the state changes. A marker that
+//! already exists means a retry: the transaction is rolled back and nothing is written twice.
+//! Any error rolls everything back, so a batch is stored whole or not at all.
+
+mod model;
+mod postgres;
+mod rows;
+mod sqlite;
+mod state;
+
+use std::path::Path;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{PgPool, SqlitePool};
+use troupe_protocol::{OperationKind, ReportBatch};
+
+pub use model::{
+    AgentRow, ClusterRow, DeadLetterRow, DepthTickRow, EventRow, IngestOutcome, MemberRow,
+    MinuteCount, RouterRow, SingletonRow, Totals,
+};
+
+/// Runs `$body` with `$pool` bound to the backend's pool; the body is compiled once per backend.
+macro_rules! with_pool {
+    ($store:expr, |$pool:ident| $body:expr) => {
+        match &$store.backend {
+            Backend::Postgres($pool) => $body,
+            Backend::Sqlite($pool) => $body,
+        }
+    };
+}
+
+/// Runs the state changes of a batch inside transaction `$tx` (same SQL on both backends).
+macro_rules! apply_state_changes {
+    ($tx:expr, $cluster_id:expr, $agent_id:expr, $changes:expr) => {{
+        use crate::store::state::StateChange;
+        for change in $changes {
+            match change {
+                StateChange::MemberStatus {
+                    at_ms,
+                    address,
+                    uid,
+                    status,
+                    roles,
+                } => {
+                    sqlx::query(crate::store::sql::UPSERT_MEMBER_STATUS)
+                        .bind($cluster_id)
+                        .bind(address)
+                        .bind(uid)
+                        .bind(*status)
+                        .bind(roles)
+                        .bind(at_ms)
+                        .execute(&mut *$tx)
+                        .await?;
+                }
+                StateChange::Reachability {
+                    at_ms,
+                    address,
+                    uid,
+                    status,
+                    roles,
+                    reachable,
+                    observers,
+                } => {
+                    sqlx::query(crate::store::sql::UPSERT_MEMBER_REACHABILITY)
+                        .bind($cluster_id)
+                        .bind(address)
+                        .bind(uid)
+                        .bind(*status)
+                        .bind(roles)
+                        .bind(reachable)
+                        .bind(observers)
+                        .bind(at_ms)
+                        .execute(&mut *$tx)
+                        .await?;
+                }
+                StateChange::Leader { at_ms, leader } => {
+                    sqlx::query(crate::store::sql::UPDATE_LEADER)
+                        .bind($cluster_id)
+                        .bind(leader)
+                        .bind(at_ms)
+                        .execute(&mut *$tx)
+                        .await?;
+                }
+                StateChange::SingletonHosted {
+                    at_ms,
+                    singleton,
+                    role,
+                    host,
+                } => {
+                    sqlx::query(crate::store::sql::UPSERT_SINGLETON_HOST)
+                        .bind($cluster_id)
+                        .bind(singleton)
+                        .bind(role)
+                        .bind(host)
+                        .bind(at_ms)
+                        .execute(&mut *$tx)
+                        .await?;
+                }
+                StateChange::SingletonStopped {
+                    at_ms,
+                    singleton,
+                    role,
+                    host,
+                } => {
+                    sqlx::query(crate::store::sql::UPSERT_SINGLETON_STOPPED)
+                        .bind($cluster_id)
+                        .bind(singleton)
+                        .bind(role)
+                        .bind(host)
+                        .bind(at_ms)
+                        .execute(&mut *$tx)
+                        .await?;
+                }
+                StateChange::Lease {
+                    at_ms,
+                    singleton,
+                    role,
+                    lease,
+                    holder,
+                } => {
+                    sqlx::query(crate::store::sql::UPSERT_SINGLETON_LEASE)
+                        .bind($cluster_id)
+                        .bind(singleton)
+                        .bind(role)
+                        .bind(lease)
+                        .bind(holder)
+                        .bind(at_ms)
+                        .execute(&mut *$tx)
+                        .await?;
+                }
+                StateChange::Router {
+                    at_ms,
+                    path,
+                    strategy,
+                    role,
+                    routee_path,
+                    routees,
+                } => {
+                    sqlx::query(crate::store::sql::UPSERT_ROUTER)
+                        .bind($cluster_id)
+                        .bind(path)
+                        .bind(*strategy)
+                        .bind(role)
+                        .bind(routee_path)
+                        .bind(routees)
+                        .bind(at_ms)
+                        .execute(&mut *$tx)
+                        .await?;
+                }
+                StateChange::Health { at_ms, health } => {
+                    sqlx::query(crate::store::sql::UPDATE_HEALTH)
+                        .bind($agent_id)
+                        .bind(*health)
+                        .bind(at_ms)
+                        .execute(&mut *$tx)
+                        .await?;
+                }
+            }
+        }
+    }};
+}
+
+/// Begins the ingest transaction `$tx`: cluster and agent rows, then the batch marker.
+/// Evaluates to `Some((cluster_id, agent_id))`, or `None` for a batch stored before.
+macro_rules! begin_batch {
+    ($tx:expr, $batch:expr, $received_ms:expr) => {{
+        let batch: &ReportBatch = $batch;
+        let id = &batch.identity;
+        let cluster_id: i64 = sqlx::query_scalar(crate::store::sql::UPSERT_CLUSTER)
+            .bind(&id.cluster)
+            .bind($received_ms)
+            .fetch_one(&mut *$tx)
+            .await?;
+        let d = &batch.dropped;
+        let agent_id: i64 = sqlx::query_scalar(crate::store::sql::UPSERT_AGENT)
+            .bind(cluster_id)
+            .bind(&id.node)
+            .bind(id.incarnation as i64)
+            .bind(&id.meta.node)
+            .bind($received_ms)
+            .bind(batch.sent_at_ms)
+            .bind(batch.sequence as i64)
+            .bind(d.membership as i64)
+            .bind(d.singleton as i64)
+            .bind(d.router as i64)
+            .bind(d.dead_letters as i64)
+            .bind(d.health as i64)
+            .bind(d.depth_samples as i64)
+            .fetch_one(&mut *$tx)
+            .await?;
+        let items = (batch.events.len() + batch.depth_samples.len()) as i64;
+        let fresh = sqlx::query(crate::store::sql::INSERT_BATCH)
+            .bind(agent_id)
+            .bind(batch.sequence as i64)
+            .bind($received_ms)
+            .bind(items)
+            .execute(&mut *$tx)
+            .await?
+            .rows_affected();
+        (fresh == 1).then_some((cluster_id, agent_id))
+    }};
+}
+
+/// Marks the operations waiting for cluster `$cluster_id` delivered and evaluates to them.
+macro_rules! take_operations {
+    ($tx:expr, $cluster_id:expr, $received_ms:expr) => {{
+        let rows: Vec<(i64, String, String)> = sqlx::query_as(crate::store::sql::TAKE_OPERATIONS)
+            .bind($cluster_id)
+            .bind($received_ms)
+            .fetch_all(&mut *$tx)
+            .await?;
+        rows.into_iter()
+            .filter_map(|(id, address, operation)| {
+                let operation = match operation.as_str() {
+                    "leave" => troupe_protocol::OperationKind::Leave,
+                    "down" => troupe_protocol::OperationKind::Down,
+                    _ => return None,
+                };
+                Some(troupe_protocol::MemberOperation {
+                    id,
+                    address,
+                    operation,
+                })
+            })
+            .collect::<Vec<_>>()
+    }};
+}
+
+pub(crate) use {apply_state_changes, begin_batch, take_operations};
+
+mod sql;
+
+/// A failure of the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database answered with an error or could not be reached.
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    /// The migrations could not be applied.
+    #[error("applying migrations failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// Stored JSON text did not parse (a bug or a hand-edited row).
+    #[error("stored JSON is malformed: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// Which backend a [`Store`] uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    /// PostgreSQL.
+    Postgres,
+    /// Embedded SQLite.
+    Sqlite,
+}
+
+#[derive(Debug, Clone)]
+enum Backend {
+    Postgres(PgPool),
+    Sqlite(SqlitePool),
+}
+
+/// The history store; cheap to clone (it is a pool).
+#[derive(Debug, Clone)]
+pub struct Store {
+    backend: Backend,
+}
+
+/// Filters for [`Store::events`].
+#[derive(Debug, Clone, Default)]
+pub struct EventFilter {
+    /// Only these kinds (any, when empty).
+    pub kinds: Vec<String>,
+    /// Only events reported by this node address.
+    pub node: Option<String>,
+    /// Only events about this subject (member address, singleton, router path).
+    pub subject: Option<String>,
+    /// From this time on (inclusive, epoch ms).
+    pub since_ms: Option<i64>,
+    /// Before this time (exclusive, epoch ms).
+    pub until_ms: Option<i64>,
+    /// Only ids below this (the cursor of the previous page).
+    pub before_id: Option<i64>,
+    /// Page size.
+    pub limit: i64,
+}
+
+/// Filters for [`Store::dead_letters`] and [`Store::dead_letter_counts`].
+#[derive(Debug, Clone, Default)]
+pub struct DeadLetterFilter {
+    /// Only this recipient path.
+    pub recipient: Option<String>,
+    /// Only this message type.
+    pub message_type: Option<String>,
+    /// From this time on (inclusive, epoch ms).
+    pub since_ms: Option<i64>,
+    /// Before this time (exclusive, epoch ms).
+    pub until_ms: Option<i64>,
+    /// Only ids below this (cursor).
+    pub before_id: Option<i64>,
+    /// Page size.
+    pub limit: i64,
+}
+
+impl Store {
+    /// Connects to PostgreSQL at `url` and applies the migrations.
+    pub async fn connect_postgres(url: &str, max_connections: u32) -> Result<Self, StoreError> {
+        let options: PgConnectOptions = url.parse()?;
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(options)
+            .await?;
+        sqlx::migrate!("../migrations/postgres").run(&pool).await?;
+        Ok(Self {
+            backend: Backend::Postgres(pool),
+        })
+    }
+
+    /// Opens (creating if missing) the SQLite file at `path` and applies the migrations.
+    pub async fn open_sqlite(path: &Path, max_connections: u32) -> Result<Self, StoreError> {
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(10))
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(max_connections.max(1))
+            .connect_with(options)
+            .await?;
+        sqlx::migrate!("../migrations/sqlite").run(&pool).await?;
+        Ok(Self {
+            backend: Backend::Sqlite(pool),
+        })
+    }
+
+    /// Which backend this store uses.
+    #[must_use]
+    pub fn backend(&self) -> BackendKind {
+        match self.backend {
+            Backend::Postgres(_) => BackendKind::Postgres,
+            Backend::Sqlite(_) => BackendKind::Sqlite,
+        }
+    }
+
+    /// The PostgreSQL pool, for the benchmark's raw-COPY floor.
+    #[must_use]
+    pub fn postgres_pool(&self) -> Option<&PgPool> {
+        match &self.backend {
+            Backend::Postgres(pool) => Some(pool),
+            Backend::Sqlite(_) => None,
+        }
+    }
+
+    /// Closes the pool, waiting for connections to be returned.
+    pub async fn close(&self) {
+        with_pool!(self, |pool| pool.close().await);
+    }
+
+    /// Stores `batch` whole, or recognises it as stored before; see the module docs.
+    pub async fn ingest(
+        &self,
+        batch: &ReportBatch,
+        received_ms: i64,
+    ) -> Result<IngestOutcome, StoreError> {
+        match &self.backend {
+            Backend::Postgres(pool) => postgres::ingest(pool, batch, received_ms).await,
+            Backend::Sqlite(pool) => sqlite::ingest(pool, batch, received_ms).await,
+        }
+    }
+
+    /// Every cluster, by name.
+    pub async fn clusters(&self) -> Result<Vec<ClusterRow>, StoreError> {
+        Ok(with_pool!(self, |pool| sqlx::query_as(sql::CLUSTERS)
+            .fetch_all(pool)
+            .await?))
+    }
+
+    /// The cluster named `name`.
+    pub async fn cluster(&self, name: &str) -> Result<Option<ClusterRow>, StoreError> {
+        Ok(with_pool!(self, |pool| sqlx::query_as(sql::CLUSTER)
+            .bind(name)
+            .fetch_optional(pool)
+            .await?))
+    }
+
+    /// The members of a cluster as last reported, by address (removed ones included).
+    pub async fn members(&self, cluster_id: i64) -> Result<Vec<MemberRow>, StoreError> {
+        Ok(with_pool!(self, |pool| sqlx::query_as(sql::MEMBERS)
+            .bind(cluster_id)
+            .fetch_all(pool)
+            .await?))
+    }
+
+    /// Every agent incarnation of a cluster, by address then newest incarnation first.
+    pub async fn agents(&self, cluster_id: i64) -> Result<Vec<AgentRow>, StoreError> {
+        Ok(with_pool!(self, |pool| sqlx::query_as(sql::AGENTS)
+            .bind(cluster_id)
+            .fetch_all(pool)
+            .await?))
+    }
+
+    /// One page of a cluster's events, newest first.
+    pub async fn events(
+        &self,
+        cluster_id: i64,
+        filter: &EventFilter,
+    ) -> Result<Vec<EventRow>, StoreError> {
+        Ok(with_pool!(self, |pool| {
+            let mut q = sqlx::QueryBuilder::new(sql::EVENTS_SELECT);
+            q.push_bind(cluster_id);
+            if let Some(node) = &filter.node {
+                q.push(" AND a.node = ").push_bind(node.clone());
+            }
+            if let Some(subject) = &filter.subject {
+                q.push(" AND e.subject = ").push_bind(subject.clone());
+            }
+            if let Some(since) = filter.since_ms {
+                q.push(" AND e.at_ms >= ").push_bind(since);
+            }
+            if let Some(until) = filter.until_ms {
+                q.push(" AND e.at_ms < ").push_bind(until);
+            }
+            if let Some(before) = filter.before_id {
+                q.push(" AND e.id < ").push_bind(before);
+            }
+            if !filter.kinds.is_empty() {
+                q.push(" AND e.kind IN (");
+                let mut list = q.separated(", ");
+                for kind in &filter.kinds {
+                    list.push_bind(kind.clone());
+                }
+                q.push(")");
+            }
+            q.push(" ORDER BY e.id DESC LIMIT ").push_bind(filter.limit);
+            q.build_query_as().fetch_all(pool).await?
+        }))
+    }
+
+    /// One page of a cluster's dead letters, newest first.
+    pub async fn dead_letters(
+        &self,
+        cluster_id: i64,
+        filter: &DeadLetterFilter,
+    ) -> Result<Vec<DeadLetterRow>, StoreError> {
+        Ok(with_pool!(self, |pool| {
+            let mut q = sqlx::QueryBuilder::new(sql::DEAD_LETTERS_SELECT);
+            q.push_bind(cluster_id);
+            push_dead_letter_filter(&mut q, filter);
+            if let Some(before) = filter.before_id {
+                q.push(" AND d.id < ").push_bind(before);
+            }
+            q.push(" ORDER BY d.id DESC LIMIT ").push_bind(filter.limit);
+            q.build_query_as().fetch_all(pool).await?
+        }))
+    }
+
+    /// Dead letters per minute over the filter's time range, oldest minute first.
+    pub async fn dead_letter_counts(
+        &self,
+        cluster_id: i64,
+        filter: &DeadLetterFilter,
+    ) -> Result<Vec<MinuteCount>, StoreError> {
+        Ok(with_pool!(self, |pool| {
+            let mut q = sqlx::QueryBuilder::new(sql::DEAD_LETTER_COUNTS_SELECT);
+            q.push_bind(cluster_id);
+            push_dead_letter_filter(&mut q, filter);
+            q.push(" GROUP BY minute_ms ORDER BY minute_ms");
+            q.build_query_as().fetch_all(pool).await?
+        }))
+    }
+
+    /// A cluster's singletons with their current host and lease.
+    pub async fn singletons(&self, cluster_id: i64) -> Result<Vec<SingletonRow>, StoreError> {
+        Ok(with_pool!(self, |pool| sqlx::query_as(sql::SINGLETONS)
+            .bind(cluster_id)
+            .fetch_all(pool)
+            .await?))
+    }
+
+    /// A cluster's routers with their routees.
+    pub async fn routers(&self, cluster_id: i64) -> Result<Vec<RouterRow>, StoreError> {
+        Ok(with_pool!(self, |pool| sqlx::query_as(sql::ROUTERS)
+            .bind(cluster_id)
+            .fetch_all(pool)
+            .await?))
+    }
+
+    /// A cluster's depth ticks in `[since_ms, until_ms)`, oldest first, at most `limit`.
+    pub async fn depth_ticks(
+        &self,
+        cluster_id: i64,
+        since_ms: i64,
+        until_ms: i64,
+        limit: i64,
+    ) -> Result<Vec<DepthTickRow>, StoreError> {
+        Ok(with_pool!(self, |pool| sqlx::query_as(sql::DEPTH_TICKS)
+            .bind(cluster_id)
+            .bind(since_ms)
+            .bind(until_ms)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?))
+    }
+
+    /// Queues a member operation for the agents of a cluster; returns its id.
+    pub async fn request_operation(
+        &self,
+        cluster_id: i64,
+        address: &str,
+        operation: OperationKind,
+        requested_ms: i64,
+    ) -> Result<i64, StoreError> {
+        Ok(with_pool!(self, |pool| sqlx::query_scalar(
+            sql::INSERT_OPERATION
+        )
+        .bind(cluster_id)
+        .bind(address)
+        .bind(operation.as_str())
+        .bind(requested_ms)
+        .fetch_one(pool)
+        .await?))
+    }
+
+    /// Row counts of the history tables.
+    pub async fn totals(&self) -> Result<Totals, StoreError> {
+        let (batches, events, dead_letters, depth_ticks): (i64, i64, i64, i64) =
+            with_pool!(self, |pool| sqlx::query_as(sql::TOTALS)
+                .fetch_one(pool)
+                .await?);
+        Ok(Totals {
+            batches,
+            events,
+            dead_letters,
+            depth_ticks,
+        })
+    }
+
+    /// Deletes history older than `cutoff_ms`, at most `chunk` rows per table and call, so
+    /// that ingest never waits long behind it. Returns the rows deleted.
+    pub async fn delete_older_than(&self, cutoff_ms: i64, chunk: i64) -> Result<u64, StoreError> {
+        let mut deleted = 0;
+        for statement in sql::RETENTION {
+            deleted += with_pool!(self, |pool| sqlx::query(statement)
+                .bind(cutoff_ms)
+                .bind(chunk)
+                .execute(pool)
+                .await?
+                .rows_affected());
+        }
+        Ok(deleted)
+    }
+}
+
+fn push_dead_letter_filter<DB: sqlx::Database>(
+    q: &mut sqlx::QueryBuilder<'_, DB>,
+    filter: &DeadLetterFilter,
+) where
+    String: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    i64: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+{
+    if let Some(recipient) = &filter.recipient {
+        q.push(" AND d.recipient = ").push_bind(recipient.clone());
+    }
+    if let Some(message_type) = &filter.message_type {
+        q.push(" AND d.message_type = ")
+            .push_bind(message_type.clone());
+    }
+    if let Some(since) = filter.since_ms {
+        q.push(" AND d.at_ms >= ").push_bind(since);
+    }
+    if let Some(until) = filter.until_ms {
+        q.push(" AND d.at_ms < ").push_bind(until);
+    }
+}

@@ -1,0 +1,190 @@
+//! Rows the store returns: plain data, the same for both backends.
+
+use sqlx::FromRow;
+
+/// A cluster and its current leader.
+#[derive(Debug, Clone, PartialEq, Eq, FromRow)]
+pub struct ClusterRow {
+    /// Internal id.
+    pub id: i64,
+    /// The cluster's name.
+    pub name: String,
+    /// The leader's address, as last reported.
+    pub leader: Option<String>,
+    /// First report from any of its agents.
+    pub first_seen_ms: i64,
+    /// Latest report from any of its agents.
+    pub last_report_ms: i64,
+}
+
+/// One agent incarnation as last reported.
+#[derive(Debug, Clone, PartialEq, Eq, FromRow)]
+pub struct AgentRow {
+    /// Internal id.
+    pub id: i64,
+    /// Its address.
+    pub node: String,
+    /// Its incarnation (stored signed; the wire value is `incarnation as u64`).
+    pub incarnation: i64,
+    /// The machine it runs on.
+    pub meta_node: Option<String>,
+    /// First report.
+    pub first_seen_ms: i64,
+    /// Latest report received (server clock).
+    pub last_report_ms: i64,
+    /// `sent_at_ms` of the latest batch (agent clock).
+    pub last_sent_ms: i64,
+    /// Highest batch sequence stored.
+    pub last_sequence: i64,
+    /// Latest health state (`starting`, `ready`, `draining`, `fenced`).
+    pub health: Option<String>,
+    /// Dropped membership events (running total).
+    pub dropped_membership: i64,
+    /// Dropped singleton events.
+    pub dropped_singleton: i64,
+    /// Dropped router events.
+    pub dropped_router: i64,
+    /// Dropped dead letters.
+    pub dropped_dead_letters: i64,
+    /// Dropped health events.
+    pub dropped_health: i64,
+    /// Dropped depth samples.
+    pub dropped_depth_samples: i64,
+}
+
+/// A member as the latest report said.
+#[derive(Debug, Clone, PartialEq, Eq, FromRow)]
+pub struct MemberRow {
+    /// Its address.
+    pub address: String,
+    /// Its incarnation.
+    pub uid: i64,
+    /// Its status (`up`, `leaving`, …).
+    pub status: String,
+    /// Roles, as a JSON array.
+    pub roles: String,
+    /// When its status last changed.
+    pub status_ms: i64,
+    /// Whether every observer reaches it.
+    pub reachable: bool,
+    /// Who calls it unreachable, as a JSON array.
+    pub observers: String,
+}
+
+/// A stored event (not a dead letter), with the agent that reported it.
+#[derive(Debug, Clone, PartialEq, Eq, FromRow)]
+pub struct EventRow {
+    /// Ascending id: the paging cursor.
+    pub id: i64,
+    /// When it happened (agent clock).
+    pub at_ms: i64,
+    /// Its kind (`MemberUp`).
+    pub kind: String,
+    /// What it is about (member address, singleton name, router path).
+    pub subject: Option<String>,
+    /// The event body as JSON text.
+    pub detail: String,
+    /// The reporting agent's address.
+    pub node: String,
+    /// The reporting agent's incarnation.
+    pub incarnation: i64,
+}
+
+/// A stored dead letter.
+#[derive(Debug, Clone, PartialEq, Eq, FromRow)]
+pub struct DeadLetterRow {
+    /// Ascending id: the paging cursor.
+    pub id: i64,
+    /// When it happened.
+    pub at_ms: i64,
+    /// Where the message was going.
+    pub recipient: String,
+    /// Who sent it.
+    pub sender: Option<String>,
+    /// The message's type name.
+    pub message_type: String,
+    /// Why it was not delivered.
+    pub reason: String,
+    /// The reporting agent's address.
+    pub node: String,
+}
+
+/// Dead letters in one minute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, FromRow)]
+pub struct MinuteCount {
+    /// Start of the minute.
+    pub minute_ms: i64,
+    /// How many.
+    pub count: i64,
+}
+
+/// A singleton's current host and lease.
+#[derive(Debug, Clone, PartialEq, Eq, FromRow)]
+pub struct SingletonRow {
+    /// Its name.
+    pub name: String,
+    /// The role hosts carry.
+    pub role: Option<String>,
+    /// Where the instance runs, if anywhere.
+    pub host: Option<String>,
+    /// Since when.
+    pub host_at_ms: i64,
+    /// The lease's name.
+    pub lease: Option<String>,
+    /// Who holds the lease.
+    pub lease_holder: Option<String>,
+}
+
+/// A router's routees.
+#[derive(Debug, Clone, PartialEq, Eq, FromRow)]
+pub struct RouterRow {
+    /// Its path.
+    pub path: String,
+    /// Its strategy.
+    pub strategy: String,
+    /// The role routees carry.
+    pub role: Option<String>,
+    /// The routee actor's path on each member.
+    pub routee_path: Option<String>,
+    /// The routee set, as a JSON array.
+    pub routees: String,
+    /// When it last changed.
+    pub updated_ms: i64,
+}
+
+/// One depth tick of one agent.
+#[derive(Debug, Clone, PartialEq, Eq, FromRow)]
+pub struct DepthTickRow {
+    /// When it was sampled.
+    pub at_ms: i64,
+    /// The reporting agent's address.
+    pub node: String,
+    /// The samples as JSON text (`[{path, router, depth}]`).
+    pub samples: String,
+}
+
+/// Row counts of the history tables.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Totals {
+    /// Batches stored.
+    pub batches: i64,
+    /// Events (not dead letters).
+    pub events: i64,
+    /// Dead letters.
+    pub dead_letters: i64,
+    /// Depth ticks.
+    pub depth_ticks: i64,
+}
+
+/// What ingesting one batch did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IngestOutcome {
+    /// The batch had been stored before; nothing was written.
+    pub duplicate: bool,
+    /// Events stored, dead letters included.
+    pub stored_events: u64,
+    /// Depth samples stored.
+    pub stored_depth_samples: u64,
+    /// Operations waiting for this agent's cluster, now marked delivered.
+    pub operations: Vec<troupe_protocol::MemberOperation>,
+}

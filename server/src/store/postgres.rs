@@ -1,0 +1,77 @@
+//! PostgreSQL ingest: every row kind of a batch goes in with one `INSERT … SELECT FROM UNNEST`.
+
+use sqlx::PgPool;
+use troupe_protocol::ReportBatch;
+
+use super::rows::BatchRows;
+use super::state::state_changes;
+use super::{IngestOutcome, StoreError, apply_state_changes, begin_batch, take_operations};
+
+const INSERT_EVENTS: &str = "\
+INSERT INTO events (cluster_id, agent_id, at_ms, kind, subject, detail)
+SELECT $1, $2, t.at_ms, t.kind, t.subject, t.detail
+FROM UNNEST($3::bigint[], $4::text[], $5::text[], $6::text[]) AS t(at_ms, kind, subject, detail)";
+
+const INSERT_DEAD_LETTERS: &str = "\
+INSERT INTO dead_letters (cluster_id, agent_id, at_ms, recipient, sender, message_type, reason)
+SELECT $1, $2, t.at_ms, t.recipient, t.sender, t.message_type, t.reason
+FROM UNNEST($3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[])
+    AS t(at_ms, recipient, sender, message_type, reason)";
+
+const INSERT_DEPTH_TICKS: &str = "\
+INSERT INTO depth_ticks (cluster_id, agent_id, at_ms, samples)
+SELECT $1, $2, t.at_ms, t.samples FROM UNNEST($3::bigint[], $4::text[]) AS t(at_ms, samples)";
+
+pub(super) async fn ingest(
+    pool: &PgPool,
+    batch: &ReportBatch,
+    received_ms: i64,
+) -> Result<IngestOutcome, StoreError> {
+    // Everything that can fail without the database is done before the transaction opens.
+    let rows = BatchRows::from_batch(batch)?;
+    let changes = state_changes(batch);
+    let mut tx = pool.begin().await?;
+    let Some((cluster_id, agent_id)) = begin_batch!(tx, batch, received_ms) else {
+        tx.rollback().await?;
+        return Ok(IngestOutcome::duplicate());
+    };
+    if !rows.events.at_ms.is_empty() {
+        let e = &rows.events;
+        sqlx::query(INSERT_EVENTS)
+            .bind(cluster_id)
+            .bind(agent_id)
+            .bind(&e.at_ms)
+            .bind(&e.kind)
+            .bind(&e.subject)
+            .bind(&e.detail)
+            .execute(&mut *tx)
+            .await?;
+    }
+    if !rows.dead_letters.at_ms.is_empty() {
+        let d = &rows.dead_letters;
+        sqlx::query(INSERT_DEAD_LETTERS)
+            .bind(cluster_id)
+            .bind(agent_id)
+            .bind(&d.at_ms)
+            .bind(&d.recipient)
+            .bind(&d.sender)
+            .bind(&d.message_type)
+            .bind(&d.reason)
+            .execute(&mut *tx)
+            .await?;
+    }
+    if !rows.depth_ticks.at_ms.is_empty() {
+        let t = &rows.depth_ticks;
+        sqlx::query(INSERT_DEPTH_TICKS)
+            .bind(cluster_id)
+            .bind(agent_id)
+            .bind(&t.at_ms)
+            .bind(&t.samples)
+            .execute(&mut *tx)
+            .await?;
+    }
+    apply_state_changes!(tx, cluster_id, agent_id, &changes);
+    let operations = take_operations!(tx, cluster_id, received_ms);
+    tx.commit().await?;
+    Ok(rows.outcome(operations))
+}

@@ -1,0 +1,87 @@
+//! A batch split into column vectors, one per table: what the bulk inserts bind.
+
+use troupe_protocol::{EventBody, MemberOperation, ReportBatch};
+
+use super::{IngestOutcome, StoreError};
+
+#[derive(Debug, Default)]
+pub(super) struct EventColumns {
+    pub(super) at_ms: Vec<i64>,
+    pub(super) kind: Vec<&'static str>,
+    pub(super) subject: Vec<Option<String>>,
+    pub(super) detail: Vec<String>,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct DeadLetterColumns {
+    pub(super) at_ms: Vec<i64>,
+    pub(super) recipient: Vec<String>,
+    pub(super) sender: Vec<Option<String>>,
+    pub(super) message_type: Vec<String>,
+    pub(super) reason: Vec<String>,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct DepthTickColumns {
+    pub(super) at_ms: Vec<i64>,
+    pub(super) samples: Vec<String>,
+}
+
+/// The rows one batch adds to the history tables.
+#[derive(Debug, Default)]
+pub(super) struct BatchRows {
+    pub(super) events: EventColumns,
+    pub(super) dead_letters: DeadLetterColumns,
+    pub(super) depth_ticks: DepthTickColumns,
+    depth_samples: u64,
+}
+
+impl BatchRows {
+    pub(super) fn from_batch(batch: &ReportBatch) -> Result<Self, StoreError> {
+        let mut rows = Self::default();
+        for event in &batch.events {
+            if let EventBody::DeadLetter(d) = &event.body {
+                let c = &mut rows.dead_letters;
+                c.at_ms.push(event.at_ms);
+                c.recipient.push(d.recipient.clone());
+                c.sender.push(d.sender.clone());
+                c.message_type.push(d.message_type.clone());
+                c.reason.push(d.reason.clone());
+            } else {
+                let c = &mut rows.events;
+                c.at_ms.push(event.at_ms);
+                c.kind.push(event.body.kind().as_str());
+                c.subject.push(event.body.subject().map(str::to_owned));
+                c.detail.push(serde_json::to_string(&event.body)?);
+            }
+        }
+        for tick in &batch.depth_samples {
+            rows.depth_ticks.at_ms.push(tick.at_ms);
+            rows.depth_ticks
+                .samples
+                .push(serde_json::to_string(&tick.samples)?);
+            rows.depth_samples += tick.samples.len() as u64;
+        }
+        Ok(rows)
+    }
+
+    pub(super) fn outcome(&self, operations: Vec<MemberOperation>) -> IngestOutcome {
+        IngestOutcome {
+            duplicate: false,
+            stored_events: (self.events.at_ms.len() + self.dead_letters.at_ms.len()) as u64,
+            stored_depth_samples: self.depth_samples,
+            operations,
+        }
+    }
+}
+
+impl IngestOutcome {
+    pub(super) fn duplicate() -> Self {
+        Self {
+            duplicate: true,
+            stored_events: 0,
+            stored_depth_samples: 0,
+            operations: Vec::new(),
+        }
+    }
+}

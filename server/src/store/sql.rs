@@ -1,0 +1,181 @@
+//! SQL shared by both backends: `$N` parameters, `ON CONFLICT … DO UPDATE`, integer time
+//! arithmetic; nothing PostgreSQL- or SQLite-only.
+
+// --- ingest ---
+
+pub(crate) const UPSERT_CLUSTER: &str = "\
+INSERT INTO clusters (name, first_seen_ms, last_report_ms) VALUES ($1, $2, $2)
+ON CONFLICT (name) DO UPDATE SET last_report_ms = excluded.last_report_ms
+RETURNING id";
+
+/// Dropped counts are running totals: keep the largest seen, whatever order batches arrive in.
+pub(crate) const UPSERT_AGENT: &str = "\
+INSERT INTO agents (cluster_id, node, incarnation, meta_node, first_seen_ms, last_report_ms,
+    last_sent_ms, last_sequence, dropped_membership, dropped_singleton, dropped_router,
+    dropped_dead_letters, dropped_health, dropped_depth_samples)
+VALUES ($1, $2, $3, $4, $5, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+ON CONFLICT (cluster_id, node, incarnation) DO UPDATE SET
+    meta_node = excluded.meta_node,
+    last_report_ms = excluded.last_report_ms,
+    last_sent_ms = CASE WHEN excluded.last_sequence >= agents.last_sequence
+        THEN excluded.last_sent_ms ELSE agents.last_sent_ms END,
+    last_sequence = CASE WHEN excluded.last_sequence > agents.last_sequence
+        THEN excluded.last_sequence ELSE agents.last_sequence END,
+    dropped_membership = CASE WHEN excluded.dropped_membership > agents.dropped_membership
+        THEN excluded.dropped_membership ELSE agents.dropped_membership END,
+    dropped_singleton = CASE WHEN excluded.dropped_singleton > agents.dropped_singleton
+        THEN excluded.dropped_singleton ELSE agents.dropped_singleton END,
+    dropped_router = CASE WHEN excluded.dropped_router > agents.dropped_router
+        THEN excluded.dropped_router ELSE agents.dropped_router END,
+    dropped_dead_letters = CASE WHEN excluded.dropped_dead_letters > agents.dropped_dead_letters
+        THEN excluded.dropped_dead_letters ELSE agents.dropped_dead_letters END,
+    dropped_health = CASE WHEN excluded.dropped_health > agents.dropped_health
+        THEN excluded.dropped_health ELSE agents.dropped_health END,
+    dropped_depth_samples = CASE WHEN excluded.dropped_depth_samples > agents.dropped_depth_samples
+        THEN excluded.dropped_depth_samples ELSE agents.dropped_depth_samples END
+RETURNING id";
+
+pub(crate) const INSERT_BATCH: &str = "\
+INSERT INTO batches (agent_id, sequence, received_ms, items) VALUES ($1, $2, $3, $4)
+ON CONFLICT DO NOTHING";
+
+pub(crate) const UPSERT_MEMBER_STATUS: &str = "\
+INSERT INTO members (cluster_id, address, uid, status, roles, status_ms)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (cluster_id, address) DO UPDATE SET
+    uid = excluded.uid, status = excluded.status, roles = excluded.roles,
+    status_ms = excluded.status_ms
+WHERE members.status_ms <= excluded.status_ms";
+
+pub(crate) const UPSERT_MEMBER_REACHABILITY: &str = "\
+INSERT INTO members (cluster_id, address, uid, status, roles, status_ms, reachable, observers,
+    reachability_ms)
+VALUES ($1, $2, $3, $4, $5, 0, $6, $7, $8)
+ON CONFLICT (cluster_id, address) DO UPDATE SET
+    reachable = excluded.reachable, observers = excluded.observers,
+    reachability_ms = excluded.reachability_ms
+WHERE members.reachability_ms <= excluded.reachability_ms";
+
+pub(crate) const UPDATE_LEADER: &str = "\
+UPDATE clusters SET leader = $2, leader_at_ms = $3 WHERE id = $1 AND leader_at_ms <= $3";
+
+pub(crate) const UPSERT_SINGLETON_HOST: &str = "\
+INSERT INTO singletons (cluster_id, name, role, host, host_at_ms) VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (cluster_id, name) DO UPDATE SET
+    role = excluded.role, host = excluded.host, host_at_ms = excluded.host_at_ms
+WHERE singletons.host_at_ms <= excluded.host_at_ms";
+
+/// A stop clears the host only if the stopped instance is the one on record.
+pub(crate) const UPSERT_SINGLETON_STOPPED: &str = "\
+INSERT INTO singletons (cluster_id, name, role, host, host_at_ms) VALUES ($1, $2, $3, NULL, $5)
+ON CONFLICT (cluster_id, name) DO UPDATE SET host = NULL, host_at_ms = excluded.host_at_ms
+WHERE singletons.host_at_ms <= excluded.host_at_ms AND singletons.host = $4";
+
+pub(crate) const UPSERT_SINGLETON_LEASE: &str = "\
+INSERT INTO singletons (cluster_id, name, role, lease, lease_holder, lease_at_ms)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (cluster_id, name) DO UPDATE SET
+    lease = excluded.lease, lease_holder = excluded.lease_holder,
+    lease_at_ms = excluded.lease_at_ms
+WHERE singletons.lease_at_ms <= excluded.lease_at_ms";
+
+/// `RouterStarted` brings role and routee path, `RouteesChanged` the routees: keep the rest.
+pub(crate) const UPSERT_ROUTER: &str = "\
+INSERT INTO routers (cluster_id, path, strategy, role, routee_path, routees, updated_ms)
+VALUES ($1, $2, $3, $4, $5, COALESCE($6, '[]'), $7)
+ON CONFLICT (cluster_id, path) DO UPDATE SET
+    strategy = excluded.strategy,
+    role = COALESCE(excluded.role, routers.role),
+    routee_path = COALESCE(excluded.routee_path, routers.routee_path),
+    routees = CASE WHEN $6 IS NULL THEN routers.routees ELSE excluded.routees END,
+    updated_ms = excluded.updated_ms
+WHERE routers.updated_ms <= excluded.updated_ms";
+
+pub(crate) const UPDATE_HEALTH: &str = "\
+UPDATE agents SET health = $2, health_at_ms = $3 WHERE id = $1 AND health_at_ms <= $3";
+
+pub(crate) const TAKE_OPERATIONS: &str = "\
+UPDATE member_operations SET delivered_ms = $2
+WHERE cluster_id = $1 AND delivered_ms IS NULL
+RETURNING id, address, operation";
+
+pub(crate) const INSERT_EVENT_ROW: &str = "\
+INSERT INTO events (cluster_id, agent_id, at_ms, kind, subject, detail)
+VALUES ($1, $2, $3, $4, $5, $6)";
+
+pub(crate) const INSERT_DEAD_LETTER_ROW: &str = "\
+INSERT INTO dead_letters (cluster_id, agent_id, at_ms, recipient, sender, message_type, reason)
+VALUES ($1, $2, $3, $4, $5, $6, $7)";
+
+pub(crate) const INSERT_DEPTH_TICK_ROW: &str = "\
+INSERT INTO depth_ticks (cluster_id, agent_id, at_ms, samples) VALUES ($1, $2, $3, $4)";
+
+// --- queries ---
+
+pub(crate) const CLUSTERS: &str = "\
+SELECT id, name, leader, first_seen_ms, last_report_ms FROM clusters ORDER BY name";
+
+pub(crate) const CLUSTER: &str = "\
+SELECT id, name, leader, first_seen_ms, last_report_ms FROM clusters WHERE name = $1";
+
+pub(crate) const MEMBERS: &str = "\
+SELECT address, uid, status, roles, status_ms, reachable, observers
+FROM members WHERE cluster_id = $1 ORDER BY address";
+
+pub(crate) const AGENTS: &str = "\
+SELECT id, node, incarnation, meta_node, first_seen_ms, last_report_ms, last_sent_ms,
+    last_sequence, health, dropped_membership, dropped_singleton, dropped_router,
+    dropped_dead_letters, dropped_health, dropped_depth_samples
+FROM agents WHERE cluster_id = $1 ORDER BY node, first_seen_ms DESC, id DESC";
+
+/// Followed by the bound cluster id and optional filters.
+pub(crate) const EVENTS_SELECT: &str = "\
+SELECT e.id, e.at_ms, e.kind, e.subject, e.detail, a.node, a.incarnation
+FROM events e JOIN agents a ON a.id = e.agent_id
+WHERE e.cluster_id = ";
+
+/// Followed by the bound cluster id and optional filters.
+pub(crate) const DEAD_LETTERS_SELECT: &str = "\
+SELECT d.id, d.at_ms, d.recipient, d.sender, d.message_type, d.reason, a.node
+FROM dead_letters d JOIN agents a ON a.id = d.agent_id
+WHERE d.cluster_id = ";
+
+/// Followed by the bound cluster id, optional filters and the grouping.
+pub(crate) const DEAD_LETTER_COUNTS_SELECT: &str = "\
+SELECT (d.at_ms / 60000) * 60000 AS minute_ms, COUNT(*) AS count
+FROM dead_letters d
+WHERE d.cluster_id = ";
+
+pub(crate) const SINGLETONS: &str = "\
+SELECT name, role, host, host_at_ms, lease, lease_holder
+FROM singletons WHERE cluster_id = $1 ORDER BY name";
+
+pub(crate) const ROUTERS: &str = "\
+SELECT path, strategy, role, routee_path, routees, updated_ms
+FROM routers WHERE cluster_id = $1 ORDER BY path";
+
+pub(crate) const DEPTH_TICKS: &str = "\
+SELECT t.at_ms, a.node, t.samples
+FROM depth_ticks t JOIN agents a ON a.id = t.agent_id
+WHERE t.cluster_id = $1 AND t.at_ms >= $2 AND t.at_ms < $3
+ORDER BY t.at_ms LIMIT $4";
+
+pub(crate) const INSERT_OPERATION: &str = "\
+INSERT INTO member_operations (cluster_id, address, operation, requested_ms)
+VALUES ($1, $2, $3, $4) RETURNING id";
+
+pub(crate) const TOTALS: &str = "\
+SELECT (SELECT COUNT(*) FROM batches), (SELECT COUNT(*) FROM events),
+    (SELECT COUNT(*) FROM dead_letters), (SELECT COUNT(*) FROM depth_ticks)";
+
+// --- retention: each takes ($1 cutoff_ms, $2 chunk) ---
+
+pub(crate) const RETENTION: [&str; 4] = [
+    "DELETE FROM events WHERE id IN (SELECT id FROM events WHERE at_ms < $1 LIMIT $2)",
+    "DELETE FROM dead_letters WHERE id IN
+        (SELECT id FROM dead_letters WHERE at_ms < $1 LIMIT $2)",
+    "DELETE FROM depth_ticks WHERE id IN
+        (SELECT id FROM depth_ticks WHERE at_ms < $1 LIMIT $2)",
+    "DELETE FROM batches WHERE (agent_id, sequence) IN
+        (SELECT agent_id, sequence FROM batches WHERE received_ms < $1 LIMIT $2)",
+];

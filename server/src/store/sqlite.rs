@@ -1,0 +1,63 @@
+//! SQLite ingest: one prepared statement per row inside the batch's transaction (SQLite has
+//! no arrays, and a prepared insert costs microseconds in-process).
+
+use sqlx::SqlitePool;
+use troupe_protocol::ReportBatch;
+
+use super::rows::BatchRows;
+use super::sql;
+use super::state::state_changes;
+use super::{IngestOutcome, StoreError, apply_state_changes, begin_batch, take_operations};
+
+pub(super) async fn ingest(
+    pool: &SqlitePool,
+    batch: &ReportBatch,
+    received_ms: i64,
+) -> Result<IngestOutcome, StoreError> {
+    let rows = BatchRows::from_batch(batch)?;
+    let changes = state_changes(batch);
+    let mut tx = pool.begin().await?;
+    let Some((cluster_id, agent_id)) = begin_batch!(tx, batch, received_ms) else {
+        tx.rollback().await?;
+        return Ok(IngestOutcome::duplicate());
+    };
+    let e = &rows.events;
+    for i in 0..e.at_ms.len() {
+        sqlx::query(sql::INSERT_EVENT_ROW)
+            .bind(cluster_id)
+            .bind(agent_id)
+            .bind(e.at_ms[i])
+            .bind(e.kind[i])
+            .bind(&e.subject[i])
+            .bind(&e.detail[i])
+            .execute(&mut *tx)
+            .await?;
+    }
+    let d = &rows.dead_letters;
+    for i in 0..d.at_ms.len() {
+        sqlx::query(sql::INSERT_DEAD_LETTER_ROW)
+            .bind(cluster_id)
+            .bind(agent_id)
+            .bind(d.at_ms[i])
+            .bind(&d.recipient[i])
+            .bind(&d.sender[i])
+            .bind(&d.message_type[i])
+            .bind(&d.reason[i])
+            .execute(&mut *tx)
+            .await?;
+    }
+    let t = &rows.depth_ticks;
+    for i in 0..t.at_ms.len() {
+        sqlx::query(sql::INSERT_DEPTH_TICK_ROW)
+            .bind(cluster_id)
+            .bind(agent_id)
+            .bind(t.at_ms[i])
+            .bind(&t.samples[i])
+            .execute(&mut *tx)
+            .await?;
+    }
+    apply_state_changes!(tx, cluster_id, agent_id, &changes);
+    let operations = take_operations!(tx, cluster_id, received_ms);
+    tx.commit().await?;
+    Ok(rows.outcome(operations))
+}

@@ -1,0 +1,293 @@
+//! What a batch changes in the "current state" tables, computed without a database.
+//!
+//! # Ordering
+//! Agents report the same cluster change several times (every node observes it) and batches
+//! arrive out of order, so every change carries the event time and the SQL applies it only if
+//! it is not older than what is stored (`stored_ms <= at_ms`). Within one batch, later events
+//! win ties.
+
+use troupe_protocol::{AgentIdentity, EventBody, MemberChange, ReportBatch};
+
+/// One change to the current-state tables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum StateChange {
+    /// A member's status (and identity, roles) changed.
+    MemberStatus {
+        at_ms: i64,
+        address: String,
+        uid: i64,
+        status: &'static str,
+        roles: String,
+    },
+    /// A member's reachability changed.
+    Reachability {
+        at_ms: i64,
+        address: String,
+        uid: i64,
+        status: &'static str,
+        roles: String,
+        reachable: bool,
+        observers: String,
+    },
+    /// The cluster's leader changed.
+    Leader { at_ms: i64, leader: Option<String> },
+    /// A singleton instance started (or restarted) on `host`.
+    SingletonHosted {
+        at_ms: i64,
+        singleton: String,
+        role: Option<String>,
+        host: String,
+    },
+    /// A singleton instance stopped on `host`; the singleton has no host unless another
+    /// started since.
+    SingletonStopped {
+        at_ms: i64,
+        singleton: String,
+        role: Option<String>,
+        host: String,
+    },
+    /// A singleton's lease changed hands (`holder` `None`: nobody holds it).
+    Lease {
+        at_ms: i64,
+        singleton: String,
+        role: Option<String>,
+        lease: String,
+        holder: Option<String>,
+    },
+    /// A router started or its routees changed.
+    Router {
+        at_ms: i64,
+        path: String,
+        strategy: &'static str,
+        role: Option<String>,
+        routee_path: Option<String>,
+        routees: Option<String>,
+    },
+    /// The reporting agent's health changed.
+    Health { at_ms: i64, health: &'static str },
+}
+
+/// The state changes in `batch`, in batch order.
+pub(crate) fn state_changes(batch: &ReportBatch) -> Vec<StateChange> {
+    let reporter = &batch.identity;
+    batch
+        .events
+        .iter()
+        .filter_map(|event| change_for(reporter, event.at_ms, &event.body))
+        .collect()
+}
+
+fn roles_json(change: &MemberChange) -> String {
+    serde_json::to_string(&change.member.roles).unwrap_or_else(|_| "[]".to_owned())
+}
+
+fn member_status(at_ms: i64, change: &MemberChange) -> StateChange {
+    StateChange::MemberStatus {
+        at_ms,
+        address: change.member.address.clone(),
+        uid: change.member.uid as i64,
+        status: change.member.status.as_str(),
+        roles: roles_json(change),
+    }
+}
+
+fn reachability(
+    reporter: &AgentIdentity,
+    at_ms: i64,
+    change: &MemberChange,
+    reachable: bool,
+) -> StateChange {
+    // With no observers named, the verdict is the reporting node's own.
+    let observers = if reachable {
+        Vec::new()
+    } else if change.observers.is_empty() {
+        vec![reporter.node.clone()]
+    } else {
+        change.observers.clone()
+    };
+    StateChange::Reachability {
+        at_ms,
+        address: change.member.address.clone(),
+        uid: change.member.uid as i64,
+        status: change.member.status.as_str(),
+        roles: roles_json(change),
+        reachable,
+        observers: serde_json::to_string(&observers).unwrap_or_else(|_| "[]".to_owned()),
+    }
+}
+
+fn change_for(reporter: &AgentIdentity, at_ms: i64, body: &EventBody) -> Option<StateChange> {
+    Some(match body {
+        EventBody::MemberJoined(c)
+        | EventBody::MemberWeaklyUp(c)
+        | EventBody::MemberUp(c)
+        | EventBody::MemberLeft(c)
+        | EventBody::MemberExited(c)
+        | EventBody::MemberDown(c)
+        | EventBody::MemberRemoved(c)
+        | EventBody::SelfUp(c) => member_status(at_ms, c),
+        EventBody::MemberUnreachable(c) => reachability(reporter, at_ms, c, false),
+        EventBody::MemberReachable(c) => reachability(reporter, at_ms, c, true),
+        EventBody::LeaderChanged(c) => StateChange::Leader {
+            at_ms,
+            leader: c.leader.clone(),
+        },
+        EventBody::SingletonStarted(e) | EventBody::SingletonRestarted(e) => {
+            StateChange::SingletonHosted {
+                at_ms,
+                singleton: e.singleton.clone(),
+                role: e.role.clone(),
+                host: e.host.clone(),
+            }
+        }
+        EventBody::SingletonStopped(e) => StateChange::SingletonStopped {
+            at_ms,
+            singleton: e.singleton.clone(),
+            role: e.role.clone(),
+            host: e.host.clone(),
+        },
+        EventBody::LeaseAcquired(e) => StateChange::Lease {
+            at_ms,
+            singleton: e.singleton.clone(),
+            role: e.role.clone(),
+            lease: e.lease.clone(),
+            holder: Some(e.holder.clone().unwrap_or_else(|| reporter.node.clone())),
+        },
+        EventBody::LeaseLost(e) | EventBody::LeaseReleased(e) => StateChange::Lease {
+            at_ms,
+            singleton: e.singleton.clone(),
+            role: e.role.clone(),
+            lease: e.lease.clone(),
+            holder: e.holder.clone(),
+        },
+        EventBody::RouterStarted(e) => StateChange::Router {
+            at_ms,
+            path: e.router.clone(),
+            strategy: e.strategy.as_str(),
+            role: e.role.clone(),
+            routee_path: Some(e.routee_path.clone()),
+            routees: None,
+        },
+        EventBody::RouteesChanged(e) => StateChange::Router {
+            at_ms,
+            path: e.router.clone(),
+            strategy: e.strategy.as_str(),
+            role: None,
+            routee_path: None,
+            routees: Some(serde_json::to_string(&e.routees).unwrap_or_else(|_| "[]".to_owned())),
+        },
+        EventBody::AgentHealthChanged(h) => StateChange::Health {
+            at_ms,
+            health: h.health.as_str(),
+        },
+        EventBody::SingletonHostElected(_)
+        | EventBody::SingletonHandOverStarted(_)
+        | EventBody::SingletonHandOverCompleted(_)
+        | EventBody::SingletonHandOverTimedOut(_)
+        | EventBody::SingletonMessagesHeld(_)
+        | EventBody::SingletonMessagesFlushed(_)
+        | EventBody::SingletonMessagesDeadLettered(_)
+        | EventBody::DeadLetter(_) => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use troupe_protocol::{
+        AgentMeta, Event, LeaseChange, MemberInfo, MemberStatus, PROTOCOL_VERSION,
+    };
+
+    fn batch(events: Vec<EventBody>) -> ReportBatch {
+        ReportBatch {
+            version: PROTOCOL_VERSION,
+            identity: AgentIdentity {
+                cluster: "c".into(),
+                node: "a:1".into(),
+                incarnation: 1,
+                meta: AgentMeta::default(),
+            },
+            sequence: 1,
+            sent_at_ms: 0,
+            events: events
+                .into_iter()
+                .enumerate()
+                .map(|(i, body)| Event {
+                    at_ms: i as i64,
+                    body,
+                })
+                .collect(),
+            depth_samples: vec![],
+            dropped: Default::default(),
+        }
+    }
+
+    fn change(status: MemberStatus) -> MemberChange {
+        MemberChange {
+            member: MemberInfo {
+                address: "b:1".into(),
+                uid: 2,
+                status,
+                roles: vec!["r".into()],
+            },
+            previous_status: None,
+            observers: vec![],
+        }
+    }
+
+    #[test]
+    fn unreachable_without_named_observers_is_the_reporters_verdict() {
+        let changes = state_changes(&batch(vec![EventBody::MemberUnreachable(change(
+            MemberStatus::Up,
+        ))]));
+        let [
+            StateChange::Reachability {
+                observers,
+                reachable,
+                ..
+            },
+        ] = changes.as_slice()
+        else {
+            panic!("{changes:?}");
+        };
+        assert!(!reachable);
+        assert_eq!(observers, r#"["a:1"]"#);
+    }
+
+    #[test]
+    fn acquired_lease_without_holder_is_held_by_the_reporter_and_hand_over_steps_change_no_state() {
+        let lease = LeaseChange {
+            singleton: "s".into(),
+            role: None,
+            lease: "l".into(),
+            holder: None,
+            reason: None,
+        };
+        let changes = state_changes(&batch(vec![
+            EventBody::LeaseAcquired(lease),
+            EventBody::SingletonMessagesHeld(troupe_protocol::SingletonMessages {
+                singleton: "s".into(),
+                role: None,
+                count: 1,
+            }),
+        ]));
+        assert_eq!(changes.len(), 1);
+        assert!(matches!(&changes[0], StateChange::Lease { holder: Some(h), .. } if h == "a:1"));
+    }
+
+    #[test]
+    fn member_status_changes_keep_batch_order_and_event_times() {
+        let changes = state_changes(&batch(vec![
+            EventBody::MemberUp(change(MemberStatus::Up)),
+            EventBody::MemberLeft(change(MemberStatus::Leaving)),
+        ]));
+        let statuses: Vec<_> = changes
+            .iter()
+            .map(|c| match c {
+                StateChange::MemberStatus { status, at_ms, .. } => (*status, *at_ms),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(statuses, [("up", 0), ("leaving", 1)]);
+    }
+}

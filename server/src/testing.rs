@@ -1,0 +1,286 @@
+//! Helpers for tests and the ingest benchmark: a fresh PostgreSQL database or SQLite file per
+//! test, dropped at the end, and a builder for report batches.
+//!
+//! `TROUPE_TEST_DATABASE_URL` names a PostgreSQL superuser connection (`scripts/test` exports
+//! it); without it `postgres://postgres@127.0.0.1:5432/postgres` is tried.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use sqlx::{Connection, Executor, PgConnection};
+use troupe_protocol::{
+    AgentIdentity, AgentMeta, DeadLetterEvent, DepthSample, DepthTick, DroppedCounts, Event,
+    EventBody, MemberChange, MemberInfo, MemberStatus, PROTOCOL_VERSION, ReportBatch,
+};
+
+use crate::store::{Store, StoreError};
+
+/// The admin connection tests create their databases through.
+#[must_use]
+pub fn admin_database_url() -> String {
+    std::env::var("TROUPE_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+}
+
+fn unique_suffix() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!(
+        "{}_{}_{}",
+        std::process::id(),
+        nanos % 1_000_000_000_000,
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// `url` with its database name replaced by `database`.
+fn with_database(url: &str, database: &str) -> String {
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url, None), |(b, q)| (b, Some(q)));
+    let authority_start = base.find("://").map_or(0, |i| i + 3);
+    let path_start = base[authority_start..]
+        .find('/')
+        .map_or(base.len(), |i| authority_start + i);
+    let mut out = format!("{}/{}", &base[..path_start], database);
+    if let Some(query) = query {
+        out.push('?');
+        out.push_str(query);
+    }
+    out
+}
+
+/// A PostgreSQL database made for one test and dropped (with its connections) on drop.
+#[derive(Debug)]
+pub struct TestDatabase {
+    name: String,
+    url: String,
+    admin_url: String,
+}
+
+impl TestDatabase {
+    /// Creates a database with a fresh random name.
+    ///
+    /// # Panics
+    /// When PostgreSQL cannot be reached: tests need it (`scripts/test` starts it).
+    pub async fn create() -> Self {
+        let admin_url = admin_database_url();
+        let name = format!("troupe_test_{}", unique_suffix());
+        let mut admin = PgConnection::connect(&admin_url).await.unwrap_or_else(|e| {
+            panic!("cannot reach PostgreSQL at {admin_url} (set TROUPE_TEST_DATABASE_URL): {e}")
+        });
+        admin
+            .execute(format!("CREATE DATABASE \"{name}\"").as_str())
+            .await
+            .expect("create test database");
+        admin.close().await.ok();
+        Self {
+            url: with_database(&admin_url, &name),
+            name,
+            admin_url,
+        }
+    }
+
+    /// The database's URL.
+    #[must_use]
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// A store on this database, migrations applied.
+    pub async fn store(&self) -> Result<Store, StoreError> {
+        Store::connect_postgres(&self.url, 8).await
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        let admin_url = self.admin_url.clone();
+        let sql = format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.name);
+        // Drop may run inside a runtime (or during a panic): do the async work on a thread
+        // with a runtime of its own.
+        let dropper = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime for dropping the test database");
+            runtime.block_on(async move {
+                if let Ok(mut admin) = PgConnection::connect(&admin_url).await {
+                    let _ = admin.execute(sql.as_str()).await;
+                    let _ = admin.close().await;
+                }
+            });
+        });
+        let _ = dropper.join();
+    }
+}
+
+/// A SQLite file made for one test and deleted (with its WAL) on drop.
+#[derive(Debug)]
+pub struct TestSqliteFile {
+    path: PathBuf,
+}
+
+impl TestSqliteFile {
+    /// A path in the temporary directory that nothing uses yet.
+    #[must_use]
+    pub fn new() -> Self {
+        let path = std::env::temp_dir().join(format!("troupe-test-{}.sqlite", unique_suffix()));
+        Self { path }
+    }
+
+    /// The file's path.
+    #[must_use]
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// A store on this file, migrations applied.
+    pub async fn store(&self) -> Result<Store, StoreError> {
+        Store::open_sqlite(&self.path, 4).await
+    }
+}
+
+impl Default for TestSqliteFile {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for TestSqliteFile {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let mut path = self.path.clone().into_os_string();
+            path.push(suffix);
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// Builds report batches for tests and benchmarks.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct BatchBuilder {
+    batch: ReportBatch,
+}
+
+impl BatchBuilder {
+    /// An empty batch `sequence` from agent `node` (incarnation 1) of `cluster`.
+    pub fn new(cluster: &str, node: &str, sequence: u64) -> Self {
+        Self {
+            batch: ReportBatch {
+                version: PROTOCOL_VERSION,
+                identity: AgentIdentity {
+                    cluster: cluster.to_owned(),
+                    node: node.to_owned(),
+                    incarnation: 1,
+                    meta: AgentMeta::default(),
+                },
+                sequence,
+                sent_at_ms: 0,
+                events: Vec::new(),
+                depth_samples: Vec::new(),
+                dropped: DroppedCounts::default(),
+            },
+        }
+    }
+
+    /// Sets the incarnation.
+    pub fn incarnation(mut self, incarnation: u64) -> Self {
+        self.batch.identity.incarnation = incarnation;
+        self
+    }
+
+    /// Sets `sent_at_ms`.
+    pub fn sent_at(mut self, sent_at_ms: i64) -> Self {
+        self.batch.sent_at_ms = sent_at_ms;
+        self
+    }
+
+    /// Sets the dropped running totals.
+    pub fn dropped(mut self, dropped: DroppedCounts) -> Self {
+        self.batch.dropped = dropped;
+        self
+    }
+
+    /// Adds any event.
+    pub fn event(mut self, at_ms: i64, body: EventBody) -> Self {
+        self.batch.events.push(Event { at_ms, body });
+        self
+    }
+
+    /// Adds a membership event built by `kind` (`EventBody::MemberUp`, …) for a member.
+    pub fn member(
+        self,
+        at_ms: i64,
+        kind: fn(MemberChange) -> EventBody,
+        address: &str,
+        status: MemberStatus,
+        roles: &[&str],
+    ) -> Self {
+        let change = MemberChange {
+            member: MemberInfo {
+                address: address.to_owned(),
+                uid: 1,
+                status,
+                roles: roles.iter().map(|r| (*r).to_owned()).collect(),
+            },
+            previous_status: None,
+            observers: Vec::new(),
+        };
+        self.event(at_ms, kind(change))
+    }
+
+    /// Adds a dead letter.
+    pub fn dead_letter(self, at_ms: i64, recipient: &str, message_type: &str) -> Self {
+        self.event(
+            at_ms,
+            EventBody::DeadLetter(DeadLetterEvent {
+                recipient: recipient.to_owned(),
+                sender: Some("/user/sender".to_owned()),
+                message_type: message_type.to_owned(),
+                reason: "recipient stopped".to_owned(),
+            }),
+        )
+    }
+
+    /// Adds a depth tick with `(path, router, depth)` samples.
+    pub fn depth_tick(mut self, at_ms: i64, samples: &[(&str, Option<&str>, u32)]) -> Self {
+        self.batch.depth_samples.push(DepthTick {
+            at_ms,
+            samples: samples
+                .iter()
+                .map(|(path, router, depth)| DepthSample {
+                    path: (*path).to_owned(),
+                    router: router.map(str::to_owned),
+                    depth: *depth,
+                })
+                .collect(),
+        });
+        self
+    }
+
+    /// The batch.
+    #[must_use]
+    pub fn build(self) -> ReportBatch {
+        self.batch
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_database;
+
+    #[test]
+    fn database_name_is_replaced_and_query_kept() {
+        assert_eq!(
+            with_database("postgres://u:p@h:5432/postgres?sslmode=disable", "x"),
+            "postgres://u:p@h:5432/x?sslmode=disable"
+        );
+        assert_eq!(with_database("postgres://h", "x"), "postgres://h/x");
+    }
+}
