@@ -1,0 +1,230 @@
+//! Actor-level remote figures on loopback, one process: remote tell throughput between two
+//! actor systems (64-byte payload), remote ask round trip p50/p99, and the time for 5 nodes to
+//! form a converged cluster. The transport-only figures and the bare-TCP floor are printed by
+//! `cargo bench -p troupe --bench transport`.
+//!
+//! Run: `cargo bench -p troupe --bench remote_actors` (`TROUPE_BENCH_MESSAGES`, default
+//! 1,000,000; `TROUPE_BENCH_ASKS`, default 20,000).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, oneshot};
+use troupe::cluster::{Cluster, MemberStatus, MembershipSettings};
+use troupe::remote::{
+    ClusterSecret, RemoteMessage, Remoting, TcpTransport, TcpTransportConfig, Transport,
+};
+use troupe::{Actor, ActorError, ActorRef, ActorSystem, Context, Props, ReplyTo};
+
+#[derive(Serialize, Deserialize)]
+enum Bench {
+    Payload(#[serde(with = "serde_bytes_64")] [u8; 64]),
+    Echo { reply: ReplyTo<u64> },
+}
+
+mod serde_bytes_64 {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(bytes: &[u8; 64], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(bytes)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[u8; 64], D::Error> {
+        let bytes = <&[u8]>::deserialize(d)?;
+        bytes.try_into().map_err(serde::de::Error::custom)
+    }
+}
+
+impl RemoteMessage for Bench {
+    const MANIFEST: &'static str = "bench.Bench";
+}
+
+struct Sink {
+    expected: u64,
+    received: u64,
+    done: Option<oneshot::Sender<()>>,
+}
+
+impl Actor for Sink {
+    type Msg = Bench;
+
+    async fn handle(&mut self, msg: Bench, _ctx: &mut Context<Self>) -> Result<(), ActorError> {
+        match msg {
+            Bench::Payload(_) => {
+                self.received += 1;
+                if self.received == self.expected
+                    && let Some(done) = self.done.take()
+                {
+                    let _ = done.send(());
+                }
+            }
+            Bench::Echo { reply } => reply.send(self.received),
+        }
+        Ok(())
+    }
+}
+
+fn env_count(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+async fn node(name: &str) -> (ActorSystem, Arc<Remoting>) {
+    let system = ActorSystem::new(name).expect("system");
+    let (tx, rx) = mpsc::channel(64 * 1024);
+    let config = TcpTransportConfig::new(
+        "bench",
+        "127.0.0.1:0".parse().expect("address"),
+        ClusterSecret::new("benchmark-cluster-secret").expect("secret"),
+    )
+    .with_send_queue_capacity(64 * 1024);
+    let transport = TcpTransport::bind(config, tx).await.expect("bind");
+    let remoting = Remoting::start(&system, transport, rx);
+    remoting.register::<Bench>();
+    (system, remoting)
+}
+
+async fn remote_tell(messages: u64) -> f64 {
+    let (_a, a_remoting) = node("bench").await;
+    let (b, b_remoting) = node("bench").await;
+    let (done_tx, done_rx) = oneshot::channel();
+    let mut done = Some(done_tx);
+    b.spawn(
+        "sink",
+        Props::new(move || Sink {
+            expected: messages + 1,
+            received: 0,
+            done: done.take(),
+        }),
+    )
+    .expect("spawn");
+    let path = format!("{}/user/sink", b_remoting.local().address);
+    let sink: ActorRef<Bench> = a_remoting.actor_ref(&path).expect("ref");
+    // Warm up: connect and handshake outside the measurement.
+    sink.tell(Bench::Payload([7; 64]));
+    sink.ask(|reply| Bench::Echo { reply })
+        .timeout(Duration::from_secs(10))
+        .await
+        .expect("warm-up");
+    let start = Instant::now();
+    for _ in 0..messages {
+        let mut message = Bench::Payload([7; 64]);
+        // The transport's queue is the backpressure: a refused message comes back; retry.
+        while let Err(refused) = sink.try_tell(message) {
+            message = refused.into_inner();
+            tokio::task::yield_now().await;
+        }
+    }
+    done_rx.await.expect("all delivered");
+    messages as f64 / start.elapsed().as_secs_f64()
+}
+
+async fn remote_ask(asks: usize) -> (Duration, Duration) {
+    let (_a, a_remoting) = node("bench").await;
+    let (b, b_remoting) = node("bench").await;
+    b.spawn(
+        "sink",
+        Props::new(|| Sink {
+            expected: u64::MAX,
+            received: 0,
+            done: None,
+        }),
+    )
+    .expect("spawn");
+    let path = format!("{}/user/sink", b_remoting.local().address);
+    let sink: ActorRef<Bench> = a_remoting.actor_ref(&path).expect("ref");
+    for _ in 0..100 {
+        sink.ask(|reply| Bench::Echo { reply })
+            .timeout(Duration::from_secs(10))
+            .await
+            .expect("warm-up");
+    }
+    let mut samples = Vec::with_capacity(asks);
+    for _ in 0..asks {
+        let start = Instant::now();
+        sink.ask(|reply| Bench::Echo { reply })
+            .timeout(Duration::from_secs(10))
+            .await
+            .expect("ask");
+        samples.push(start.elapsed());
+    }
+    samples.sort();
+    (samples[asks / 2], samples[asks * 99 / 100])
+}
+
+async fn converge(nodes: usize) -> Duration {
+    let start = Instant::now();
+    let mut clusters = Vec::new();
+    let mut seed = None;
+    for _ in 0..nodes {
+        let system = ActorSystem::new("bench").expect("system");
+        let (tx, rx) = mpsc::channel(4096);
+        let config = TcpTransportConfig::new(
+            "bench",
+            "127.0.0.1:0".parse().expect("address"),
+            ClusterSecret::new("benchmark-cluster-secret").expect("secret"),
+        );
+        let transport = TcpTransport::bind(config, tx).await.expect("bind");
+        let address = transport.local().address.clone();
+        let seed_address = seed.get_or_insert(address).clone();
+        let settings = MembershipSettings {
+            seeds: vec![seed_address],
+            ..MembershipSettings::default()
+        };
+        clusters.push((
+            system.clone(),
+            Cluster::start(&system, transport, rx, settings, None).expect("cluster"),
+        ));
+    }
+    for (_, cluster) in &clusters {
+        cluster
+            .wait_for_view(|v| {
+                v.converged
+                    && v.members
+                        .iter()
+                        .filter(|m| m.status == MemberStatus::Up)
+                        .count()
+                        == nodes
+            })
+            .await;
+    }
+    let elapsed = start.elapsed();
+    for (system, cluster) in clusters {
+        cluster.shutdown();
+        system.shutdown().await;
+    }
+    elapsed
+}
+
+fn main() {
+    let messages = env_count("TROUPE_BENCH_MESSAGES", 1_000_000) as u64;
+    let asks = env_count("TROUPE_BENCH_ASKS", 20_000);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let mut tells: Vec<f64> = Vec::new();
+        for _ in 0..3 {
+            tells.push(remote_tell(messages).await);
+        }
+        tells.sort_by(f64::total_cmp);
+        let (p50, p99) = remote_ask(asks).await;
+        let mut convergence = Vec::new();
+        for _ in 0..3 {
+            convergence.push(converge(5).await);
+        }
+        convergence.sort();
+        println!("Troupe remoting on loopback, one process, 2 tokio workers (median of 3 where noted)");
+        println!("| figure | value | target |");
+        println!("|---|---:|---|");
+        println!("| remote tell, 64-byte payload, actor → actor (median of 3) | {:.0} msgs/s | ≥ 1,000,000 |", tells[1]);
+        println!("| remote ask round trip p50 | {:.1} µs | < 60 µs |", p50.as_secs_f64() * 1e6);
+        println!("| remote ask round trip p99 | {:.1} µs | |", p99.as_secs_f64() * 1e6);
+        println!("| 5 nodes start → all up and converged (median of 3) | {:.2} s | |", convergence[1].as_secs_f64());
+    });
+}
