@@ -93,6 +93,14 @@ impl<A: Actor> Context<A> {
         self.sender.as_ref()
     }
 
+    /// The node the message being handled came from, when it came over the network: the
+    /// address the transport verified during its handshake, never a value from the payload.
+    /// `None` for messages sent on this node (the loopback counts as this node).
+    #[must_use]
+    pub fn origin(&self) -> Option<&crate::remote::Address> {
+        self.sender.as_ref().and_then(ActorPath::address)
+    }
+
     /// The actor system this actor belongs to.
     #[must_use]
     pub fn system(&self) -> ActorSystem {

@@ -50,6 +50,7 @@ pub mod routing;
 mod supervision;
 mod system;
 mod task;
+pub mod testkit;
 
 pub use actor::{Actor, ActorError, Failure};
 pub use actor_ref::{ActorRef, AnyActorRef, SendError};

@@ -380,3 +380,48 @@ async fn stopping_a_remote_ref_stops_the_remote_actor() {
         .await
         .unwrap();
 }
+
+/// Records where each message came from, as the runtime reports it.
+struct OriginRecorder(mpsc::UnboundedSender<Option<troupe::remote::Address>>);
+
+impl Actor for OriginRecorder {
+    type Msg = Counter;
+
+    async fn handle(&mut self, _msg: Counter, ctx: &mut Context<Self>) -> Result<(), ActorError> {
+        let _ = self.0.send(ctx.origin().cloned());
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_origin_of_a_remote_message_is_the_verified_node_not_the_claimed_sender() {
+    let (a, b) = pair().await;
+    let (tx, mut origins) = mpsc::unbounded_channel();
+    b.system
+        .spawn("recorder", Props::new(move || OriginRecorder(tx.clone())))
+        .unwrap();
+    let remote: ActorRef<Counter> = a
+        .cluster
+        .remoting()
+        .actor_ref(&path_on(&b, "/user/recorder"))
+        .unwrap();
+    // Claim to be an actor on a third node: the payload says so, the transport knows better.
+    let forged: troupe::remote::Address = "troupe://remote-test@10.9.9.9:1".parse().unwrap();
+    let claimed = troupe::ActorPath::remote(&forged, "/user/impostor");
+    remote.tell_from(Counter::Add(1), &claimed);
+    let origin = tokio::time::timeout(WAIT, origins.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(origin.as_ref(), Some(a.cluster.self_address()));
+    // A local message has no remote origin.
+    let local = b.system.resolve::<Counter>("/user/recorder").unwrap();
+    local.tell(Counter::Add(1));
+    assert_eq!(
+        tokio::time::timeout(WAIT, origins.recv())
+            .await
+            .unwrap()
+            .unwrap(),
+        None
+    );
+}

@@ -77,7 +77,7 @@ enum RemoteSystemMsg {
     Terminated { path: String },
 }
 
-type Deliver = Arc<dyn Fn(&Remoting, WireEnvelope) + Send + Sync>;
+type Deliver = Arc<dyn Fn(&Remoting, &UniqueAddress, WireEnvelope) + Send + Sync>;
 
 /// An ask from this node whose reply will come from another node.
 pub(crate) trait PendingReply: Send {
@@ -220,9 +220,11 @@ impl Remoting {
     /// Accept messages of type `M` from other nodes, delivered to the local actor at the path
     /// they name. Both sides register the same types.
     pub fn register<M: RemoteMessage>(&self) {
-        let deliver: Deliver = Arc::new(|remoting: &Remoting, envelope: WireEnvelope| {
-            remoting.deliver_local::<M>(envelope);
-        });
+        let deliver: Deliver = Arc::new(
+            |remoting: &Remoting, from: &UniqueAddress, envelope: WireEnvelope| {
+                remoting.deliver_local::<M>(from, envelope);
+            },
+        );
         self.registry.write().insert(M::MANIFEST, deliver);
         self.registered_types
             .write()
@@ -302,7 +304,7 @@ impl Remoting {
                 }
             }
             ACTOR_CHANNEL => match WireEnvelope::decode(body) {
-                Ok(envelope) => self.deliver(envelope),
+                Ok(envelope) => self.deliver(&frame.from, envelope),
                 Err(error) => {
                     self.stats.malformed_frames.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(peer = %frame.from, %error, "dropped malformed actor envelope");
@@ -356,14 +358,14 @@ impl Remoting {
         });
     }
 
-    fn deliver(&self, envelope: WireEnvelope) {
+    fn deliver(&self, from: &UniqueAddress, envelope: WireEnvelope) {
         let deliver = self
             .registry
             .read()
             .get(envelope.manifest.as_str())
             .cloned();
         match deliver {
-            Some(deliver) => deliver(self, envelope),
+            Some(deliver) => deliver(self, from, envelope),
             None => {
                 self.stats.unknown_manifests.fetch_add(1, Ordering::Relaxed);
                 let reason =
@@ -378,7 +380,10 @@ impl Remoting {
         }
     }
 
-    fn deliver_local<M: RemoteMessage>(&self, envelope: WireEnvelope) {
+    /// Decode and deliver to the local recipient. The sender path's node is always the one the
+    /// transport verified (`from`), whatever the envelope claims: only the path below the node
+    /// comes from the payload.
+    fn deliver_local<M: RemoteMessage>(&self, from: &UniqueAddress, envelope: WireEnvelope) {
         let Some(system) = self.system() else { return };
         let target = match system.resolve::<M>(&envelope.recipient) {
             Ok(target) => target,
@@ -397,15 +402,17 @@ impl Remoting {
         };
         let remoting = self.arc();
         match with_context(&remoting, || postcard::from_bytes::<M>(&envelope.body)) {
-            Ok(message) => match envelope.sender.as_deref().and_then(|s| {
-                let address = crate::path::parse_address(s)?;
-                let (_, elements) = crate::path::parse(s)?;
-                let elements: String = elements.iter().map(|e| format!("/{e}")).collect();
-                Some(ActorPath::remote(&address, &elements))
-            }) {
-                Some(sender) => target.tell_from(message, &sender),
-                None => target.tell(message),
-            },
+            Ok(message) => {
+                let elements = envelope
+                    .sender
+                    .as_deref()
+                    .and_then(crate::path::parse)
+                    .map(|(_, elements)| {
+                        elements.iter().map(|e| format!("/{e}")).collect::<String>()
+                    })
+                    .unwrap_or_default();
+                target.tell_from(message, &ActorPath::remote(&from.address, &elements));
+            }
             Err(error) => {
                 self.stats.malformed_frames.fetch_add(1, Ordering::Relaxed);
                 self.dead_letter(
