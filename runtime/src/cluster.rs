@@ -20,6 +20,7 @@ mod failure_detector;
 mod gossip;
 mod member;
 mod membership;
+mod provider;
 mod reachability;
 mod vector_clock;
 mod wire;
@@ -30,12 +31,13 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
-pub use daemon::ClusterError;
+pub use daemon::{ClusterError, GossipMembership};
 pub use events::{ClusterEvent, ClusterView, diff};
 pub use failure_detector::{FailureDetectorSettings, PhiAccrual};
 pub use gossip::{Gossip, Received};
 pub use member::{Member, MemberStatus};
 pub use membership::{Action, ClusterMsg, Input, Membership, MembershipSettings, SettingsError};
+pub use provider::{MembershipControl, MembershipProvider, ViewSink};
 pub use reachability::Reachability;
 pub use vector_clock::{Causality, VectorClock};
 pub use wire::{CLUSTER_CHANNEL, WireError, decode_cluster_frame, encode_cluster_frame};
@@ -119,7 +121,7 @@ struct Inner {
     system: ActorSystem,
     me: UniqueAddress,
     shared: Arc<Mutex<Shared>>,
-    daemon: ActorRef<daemon::DaemonMsg>,
+    control: Arc<dyn MembershipControl>,
     transport: Arc<dyn Transport>,
     remoting: Arc<Remoting>,
 }
@@ -133,7 +135,7 @@ impl fmt::Debug for Cluster {
 }
 
 impl Cluster {
-    /// Start membership on `system` over `transport`, whose inbound frames arrive on
+    /// Start gossip membership on `system` over `transport`, whose inbound frames arrive on
     /// `inbound`. With `rng_seed` the protocol's random choices replay exactly (tests).
     pub fn start(
         system: &ActorSystem,
@@ -143,10 +145,20 @@ impl Cluster {
         rng_seed: Option<u64>,
     ) -> Result<Self, ClusterError> {
         settings.validate()?;
-        let me = transport.local().clone();
-        let remoting = Remoting::start(system, Arc::clone(&transport), inbound);
+        let remoting = Remoting::start(system, transport, inbound);
         let (cluster_frames, cluster_inbound) = mpsc::unbounded_channel();
         remoting.set_cluster_handler(cluster_frames);
+        let provider = GossipMembership::new(settings, rng_seed, cluster_inbound);
+        Self::start_with_provider(system, remoting, Box::new(provider))
+    }
+
+    /// Start membership from any provider (gossip, Kubernetes Leases, etcd) over `remoting`.
+    pub fn start_with_provider(
+        system: &ActorSystem,
+        remoting: Arc<Remoting>,
+        provider: Box<dyn MembershipProvider>,
+    ) -> Result<Self, ClusterError> {
+        let me = remoting.local().clone();
         let shared = Arc::new(Mutex::new(Shared {
             view: ClusterView {
                 self_node: Some(me.clone()),
@@ -156,21 +168,19 @@ impl Cluster {
             terminated: false,
             views: tokio::sync::watch::channel(ClusterView::default()).0,
         }));
-        let daemon = daemon::spawn(
-            system,
-            Arc::clone(&remoting),
-            cluster_inbound,
-            settings,
-            rng_seed,
-            Arc::clone(&shared),
-        )?;
+        let sink = ViewSink {
+            shared: Arc::clone(&shared),
+            system: system.clone(),
+            remoting: Arc::clone(&remoting),
+        };
+        let control = provider.start(system, sink)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 system: system.clone(),
                 me,
                 shared,
-                daemon,
-                transport,
+                control,
+                transport: Arc::clone(remoting.transport()),
                 remoting,
             }),
         })
@@ -299,30 +309,27 @@ impl Cluster {
 
     /// Join the cluster that the node at `address` belongs to (instead of, or after, seeds).
     pub fn join(&self, address: Address) {
-        self.inner
-            .daemon
-            .tell(daemon::DaemonMsg::Api(Input::JoinVia(address)));
+        self.inner.control.join(address);
     }
 
     /// Leave the cluster gracefully.
     pub fn leave(&self) {
-        self.inner.daemon.tell(daemon::DaemonMsg::Api(Input::Leave));
+        self.inner.control.leave();
     }
 
     /// Declare the member at `address` down.
     pub fn down(&self, address: Address) {
-        self.inner
-            .daemon
-            .tell(daemon::DaemonMsg::Api(Input::Down(address)));
+        self.inner.control.down(address);
     }
 
-    /// Stop taking part: stop the daemon (no leave; peers will find this node unreachable).
+    /// Stop taking part at once (no leave; peers will find this node unreachable).
     pub fn shutdown(&self) {
-        self.inner.daemon.stop();
+        self.inner.control.shutdown();
     }
 
-    /// Wait until the daemon has stopped.
+    /// Wait until the membership provider has stopped (after leaving, being downed, or
+    /// `shutdown`).
     pub async fn terminated(&self) {
-        self.inner.daemon.terminated().await;
+        self.inner.control.terminated().await;
     }
 }

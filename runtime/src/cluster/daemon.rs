@@ -1,27 +1,28 @@
-//! The cluster daemon: the thin async shell around the membership state machine. It feeds the
-//! machine ticks, verified inbound frames and API calls, performs its actions on the transport,
-//! and publishes each new view.
+//! The gossip membership provider: the cluster daemon, a thin async shell around the
+//! membership state machine. It feeds the machine ticks, verified inbound frames and API calls,
+//! performs its actions on the transport, and publishes each new view.
 //!
 //! # Ordering
 //! Everything reaches the machine through the daemon's mailbox, one input at a time, so a tick
 //! never interleaves with a message being handled.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::Shared;
 use super::membership::{Action, Input, Membership, MembershipSettings, SettingsError};
+use super::provider::{MembershipControl, MembershipProvider, ViewSink};
 use super::wire::{decode_cluster_frame, encode_cluster_frame};
 use crate::actor::{Actor, ActorError};
 use crate::actor_ref::ActorRef;
 use crate::context::Context;
 use crate::props::Props;
-use crate::remote::{InboundFrame, Remoting, Transport};
+use crate::remote::{Address, InboundFrame, Transport};
 use crate::supervision::SupervisorStrategy;
 use crate::system::{ActorSystem, SpawnError};
 
@@ -34,6 +35,9 @@ pub enum ClusterError {
     /// The daemon could not be spawned (a cluster already runs in this system?).
     #[error("cannot start the cluster daemon: {0}")]
     Spawn(#[from] SpawnError),
+    /// A membership provider could not start.
+    #[error("membership provider failed to start: {0}")]
+    Provider(String),
 }
 
 /// The daemon's messages.
@@ -48,43 +52,103 @@ pub(crate) enum DaemonMsg {
     Api(Input),
 }
 
+/// Gossip membership (the default provider): seed nodes, phi-accrual failure detection,
+/// leader actions on convergence.
+pub struct GossipMembership {
+    settings: MembershipSettings,
+    rng_seed: Option<u64>,
+    frames: mpsc::UnboundedReceiver<InboundFrame>,
+}
+
+impl std::fmt::Debug for GossipMembership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GossipMembership")
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+impl GossipMembership {
+    /// Gossip membership with `settings`, fed the membership frames on `frames`. With
+    /// `rng_seed`, its random choices replay exactly (tests).
+    pub fn new(
+        settings: MembershipSettings,
+        rng_seed: Option<u64>,
+        frames: mpsc::UnboundedReceiver<InboundFrame>,
+    ) -> Self {
+        Self {
+            settings,
+            rng_seed,
+            frames,
+        }
+    }
+}
+
+impl MembershipProvider for GossipMembership {
+    fn start(
+        self: Box<Self>,
+        system: &ActorSystem,
+        sink: ViewSink,
+    ) -> Result<Arc<dyn MembershipControl>, ClusterError> {
+        let Self {
+            settings,
+            rng_seed,
+            frames,
+        } = *self;
+        let me = sink.remoting().local().clone();
+        let mut parts = Some((frames, settings, sink));
+        let props = Props::new(move || {
+            let (frames, settings, sink) = parts.take().expect("the cluster daemon is built once");
+            ClusterDaemon {
+                membership: Membership::new(me.clone(), settings, Instant::now()),
+                transport: Arc::clone(sink.remoting().transport()),
+                inbound: Some(frames),
+                sink,
+                rng: SmallRng::seed_from_u64(rng_seed.unwrap_or_else(rand::random)),
+                tasks: Vec::new(),
+            }
+        })
+        // Its state is the membership: a restart would forget it. A failure stops the daemon
+        // and the node drops out (peers see it unreachable), which is the honest outcome.
+        .with_supervisor(SupervisorStrategy::stop());
+        let daemon = system.spawn_system("cluster-core", props)?;
+        Ok(Arc::new(GossipControl { daemon }))
+    }
+}
+
+struct GossipControl {
+    daemon: ActorRef<DaemonMsg>,
+}
+
+impl MembershipControl for GossipControl {
+    fn join(&self, via: Address) {
+        self.daemon.tell(DaemonMsg::Api(Input::JoinVia(via)));
+    }
+
+    fn leave(&self) {
+        self.daemon.tell(DaemonMsg::Api(Input::Leave));
+    }
+
+    fn down(&self, node: Address) {
+        self.daemon.tell(DaemonMsg::Api(Input::Down(node)));
+    }
+
+    fn shutdown(&self) {
+        self.daemon.stop();
+    }
+
+    fn terminated(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(self.daemon.terminated())
+    }
+}
+
 struct ClusterDaemon {
     membership: Membership,
     transport: Arc<dyn Transport>,
-    remoting: Arc<Remoting>,
     inbound: Option<mpsc::UnboundedReceiver<InboundFrame>>,
-    shared: Arc<Mutex<Shared>>,
+    sink: ViewSink,
     rng: SmallRng,
     tasks: Vec<tokio::task::JoinHandle<()>>,
-}
-
-pub(crate) fn spawn(
-    system: &ActorSystem,
-    remoting: Arc<Remoting>,
-    inbound: mpsc::UnboundedReceiver<InboundFrame>,
-    settings: MembershipSettings,
-    rng_seed: Option<u64>,
-    shared: Arc<Mutex<Shared>>,
-) -> Result<ActorRef<DaemonMsg>, ClusterError> {
-    let me = remoting.local().clone();
-    let mut parts = Some((remoting, inbound, settings, shared));
-    let props = Props::new(move || {
-        let (remoting, inbound, settings, shared) =
-            parts.take().expect("the cluster daemon is built once");
-        ClusterDaemon {
-            membership: Membership::new(me.clone(), settings, Instant::now()),
-            transport: Arc::clone(remoting.transport()),
-            remoting,
-            inbound: Some(inbound),
-            shared,
-            rng: SmallRng::seed_from_u64(rng_seed.unwrap_or_else(rand::random)),
-            tasks: Vec::new(),
-        }
-    })
-    // Its state is the membership: a restart would forget it. A failure stops the daemon and
-    // the node drops out (peers see it unreachable), which is the honest outcome.
-    .with_supervisor(SupervisorStrategy::stop());
-    Ok(system.spawn_system("cluster-core", props)?)
 }
 
 impl ClusterDaemon {
@@ -103,31 +167,7 @@ impl ClusterDaemon {
                 }
             }
         }
-        self.publish(ctx);
-    }
-
-    fn publish(&mut self, ctx: &mut Context<Self>) {
-        let view = self.membership.view();
-        let system = ctx.system();
-        let mut shared = self.shared.lock();
-        if shared.view == view {
-            return;
-        }
-        let removed: Vec<_> = shared
-            .view
-            .members
-            .iter()
-            .filter(|m| !view.members.iter().any(|n| n.node == m.node))
-            .map(|m| m.node.address.clone())
-            .collect();
-        shared.publish(view, &system);
-        drop(shared);
-        for address in removed {
-            self.remoting.node_removed(&address);
-            if address != self.membership.me().address {
-                self.transport.disconnect(&address);
-            }
-        }
+        self.sink.publish(self.membership.view());
     }
 }
 
@@ -191,14 +231,11 @@ impl Actor for ClusterDaemon {
         Ok(())
     }
 
-    async fn post_stop(&mut self, ctx: &mut Context<Self>) {
+    async fn post_stop(&mut self, _ctx: &mut Context<Self>) {
         for task in self.tasks.drain(..) {
             task.abort();
         }
-        let mut shared = self.shared.lock();
-        shared.terminated = true;
-        let system = ctx.system();
-        let view = self.membership.view();
-        shared.publish(view, &system);
+        self.sink.mark_terminated();
+        self.sink.publish(self.membership.view());
     }
 }
