@@ -1,3 +1,11 @@
 //! `troupe-server`: the control-plane binary.
 
-fn main() {}
+use clap::Parser;
+
+#[actix_web::main]
+async fn main() -> anyhow::Result<()> {
+    let config = troupe_server::Config::parse();
+    troupe_server::telemetry::init(&config);
+    troupe_server::App::build(config).await?.run().await?;
+    Ok(())
+}

@@ -284,3 +284,114 @@ mod tests {
         assert_eq!(with_database("postgres://h", "x"), "postgres://h/x");
     }
 }
+
+/// A minimal blocking HTTP/1.1 client with keep-alive, enough to drive the server from tests
+/// and the benchmark without an HTTP client crate.
+#[derive(Debug)]
+pub struct HttpClient {
+    addr: std::net::SocketAddr,
+    stream: Option<std::io::BufReader<std::net::TcpStream>>,
+}
+
+/// A response: status and body.
+#[derive(Debug, Clone)]
+pub struct HttpResponse {
+    /// Status code.
+    pub status: u16,
+    /// Body as text.
+    pub body: String,
+}
+
+impl HttpClient {
+    /// A client for the server at `addr` (connects lazily).
+    #[must_use]
+    pub fn new(addr: std::net::SocketAddr) -> Self {
+        Self { addr, stream: None }
+    }
+
+    /// Sends one request; reconnects once if the kept-alive connection was closed.
+    pub fn request(
+        &mut self,
+        method: &str,
+        path: &str,
+        bearer: Option<&str>,
+        body: &[u8],
+    ) -> std::io::Result<HttpResponse> {
+        match self.try_request(method, path, bearer, body) {
+            Ok(response) => Ok(response),
+            Err(_) => {
+                self.stream = None;
+                self.try_request(method, path, bearer, body)
+            }
+        }
+    }
+
+    fn try_request(
+        &mut self,
+        method: &str,
+        path: &str,
+        bearer: Option<&str>,
+        body: &[u8],
+    ) -> std::io::Result<HttpResponse> {
+        use std::io::{BufRead, Read, Write};
+        if self.stream.is_none() {
+            let stream = std::net::TcpStream::connect(self.addr)?;
+            stream.set_nodelay(true)?;
+            self.stream = Some(std::io::BufReader::new(stream));
+        }
+        let reader = self.stream.as_mut().expect("connected above");
+        let mut head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+            self.addr,
+            body.len()
+        );
+        if let Some(token) = bearer {
+            head.push_str(&format!("Authorization: Bearer {token}\r\n"));
+        }
+        head.push_str("\r\n");
+        let stream = reader.get_mut();
+        stream.write_all(head.as_bytes())?;
+        stream.write_all(body)?;
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "connection closed",
+            ));
+        }
+        let status = line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| std::io::Error::other(format!("bad status line {line:?}")))?;
+        let mut length = 0usize;
+        let mut close = false;
+        loop {
+            line.clear();
+            reader.read_line(&mut line)?;
+            let header = line.trim_end();
+            if header.is_empty() {
+                break;
+            }
+            if let Some((name, value)) = header.split_once(':') {
+                let value = value.trim();
+                if name.eq_ignore_ascii_case("content-length") {
+                    length = value.parse().unwrap_or(0);
+                } else if name.eq_ignore_ascii_case("connection")
+                    && value.eq_ignore_ascii_case("close")
+                {
+                    close = true;
+                }
+            }
+        }
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body)?;
+        if close {
+            self.stream = None;
+        }
+        Ok(HttpResponse {
+            status,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        })
+    }
+}

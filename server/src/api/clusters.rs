@@ -1,0 +1,60 @@
+//! `GET /api/v1/clusters`, `GET /api/v1/clusters/{cluster}`: the clusters that report.
+
+use actix_web::{HttpResponse, web};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::{ApiError, datetime, find_cluster};
+use crate::app::AppState;
+use crate::store::ClusterRow;
+
+/// A cluster.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ClusterDto {
+    /// Its name.
+    pub name: String,
+    /// The leader's address, as last reported.
+    pub leader: Option<String>,
+    /// When one of its agents first reported.
+    pub first_seen: DateTime<Utc>,
+    /// When one of its agents last reported.
+    pub last_report: DateTime<Utc>,
+}
+
+impl From<ClusterRow> for ClusterDto {
+    fn from(row: ClusterRow) -> Self {
+        Self {
+            name: row.name,
+            leader: row.leader,
+            first_seen: datetime(row.first_seen_ms),
+            last_report: datetime(row.last_report_ms),
+        }
+    }
+}
+
+/// Every cluster that has reported, by name.
+#[utoipa::path(get, path = "/api/v1/clusters", tag = "clusters",
+    responses((status = 200, body = [ClusterDto])))]
+pub async fn list(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    let clusters: Vec<ClusterDto> = state
+        .store
+        .clusters()
+        .await?
+        .into_iter()
+        .map(Into::into)
+        .collect();
+    Ok(HttpResponse::Ok().json(clusters))
+}
+
+/// One cluster.
+#[utoipa::path(get, path = "/api/v1/clusters/{cluster}", tag = "clusters",
+    params(("cluster" = String, Path, description = "Cluster name")),
+    responses((status = 200, body = ClusterDto), (status = 404, body = super::ErrorBody)))]
+pub async fn one(
+    state: web::Data<AppState>,
+    cluster: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let row = find_cluster(&state, &cluster).await?;
+    Ok(HttpResponse::Ok().json(ClusterDto::from(row)))
+}

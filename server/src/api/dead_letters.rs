@@ -1,0 +1,152 @@
+//! `GET /api/v1/clusters/{cluster}/dead-letters` and `…/dead-letters/per-minute`.
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::{ApiError, datetime, find_cluster, page_size, parse_cursor, parse_time};
+use crate::app::AppState;
+use crate::store::{DeadLetterFilter, DeadLetterRow};
+
+/// A dead letter.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeadLetterDto {
+    /// Its id (ascending in storage order).
+    pub id: i64,
+    /// When it happened.
+    pub at: DateTime<Utc>,
+    /// Where the message was going.
+    pub recipient: String,
+    /// Who sent it, when known.
+    pub sender: Option<String>,
+    /// The message's type name.
+    pub message_type: String,
+    /// Why it was not delivered.
+    pub reason: String,
+    /// The node that reported it.
+    pub node: String,
+}
+
+impl From<DeadLetterRow> for DeadLetterDto {
+    fn from(row: DeadLetterRow) -> Self {
+        Self {
+            id: row.id,
+            at: datetime(row.at_ms),
+            recipient: row.recipient,
+            sender: row.sender,
+            message_type: row.message_type,
+            reason: row.reason,
+            node: row.node,
+        }
+    }
+}
+
+/// One page of dead letters.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeadLetterPage {
+    /// Dead letters, newest first.
+    pub dead_letters: Vec<DeadLetterDto>,
+    /// Pass as `cursor` for the next (older) page; absent on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// Dead letters in one minute.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MinuteCountDto {
+    /// Start of the minute.
+    pub minute: DateTime<Utc>,
+    /// How many.
+    pub count: i64,
+}
+
+/// Dead letters per minute.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeadLetterCounts {
+    /// Minutes with at least one dead letter, oldest first.
+    pub minutes: Vec<MinuteCountDto>,
+    /// All of them together.
+    pub total: i64,
+}
+
+/// Filters of the dead-letter endpoints.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct DeadLettersQuery {
+    /// Only this recipient path.
+    pub recipient: Option<String>,
+    /// Only this message type.
+    pub message_type: Option<String>,
+    /// From this time (RFC 3339 or epoch ms, inclusive); per-minute counts default to the last hour.
+    pub since: Option<String>,
+    /// Until this time (RFC 3339 or epoch ms, exclusive).
+    pub until: Option<String>,
+    /// `next_cursor` of the previous page (list only).
+    pub cursor: Option<String>,
+    /// Page size, 1..=1000 (default 100; list only).
+    pub limit: Option<i64>,
+}
+
+fn filter(query: &DeadLettersQuery) -> Result<DeadLetterFilter, ApiError> {
+    Ok(DeadLetterFilter {
+        recipient: query.recipient.clone(),
+        message_type: query.message_type.clone(),
+        since_ms: parse_time("since", query.since.as_deref())?,
+        until_ms: parse_time("until", query.until.as_deref())?,
+        before_id: parse_cursor(query.cursor.as_deref())?,
+        limit: page_size(query.limit)?,
+    })
+}
+
+/// A cluster's dead letters, newest first.
+#[utoipa::path(get, path = "/api/v1/clusters/{cluster}/dead-letters", tag = "dead letters",
+    params(("cluster" = String, Path, description = "Cluster name"), DeadLettersQuery),
+    responses((status = 200, body = DeadLetterPage), (status = 400, body = super::ErrorBody),
+              (status = 404, body = super::ErrorBody)))]
+pub async fn list(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    cluster: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let query: DeadLettersQuery = super::query(&req)?;
+    let filter = filter(&query)?;
+    let cluster = find_cluster(&state, &cluster).await?;
+    let rows = state.store.dead_letters(cluster.id, &filter).await?;
+    let next_cursor = (rows.len() as i64 == filter.limit)
+        .then(|| rows.last().map(|r| r.id.to_string()))
+        .flatten();
+    Ok(HttpResponse::Ok().json(DeadLetterPage {
+        dead_letters: rows.into_iter().map(Into::into).collect(),
+        next_cursor,
+    }))
+}
+
+/// Dead letters per minute (default: the last hour).
+#[utoipa::path(get, path = "/api/v1/clusters/{cluster}/dead-letters/per-minute", tag = "dead letters",
+    params(("cluster" = String, Path, description = "Cluster name"), DeadLettersQuery),
+    responses((status = 200, body = DeadLetterCounts), (status = 400, body = super::ErrorBody),
+              (status = 404, body = super::ErrorBody)))]
+pub async fn per_minute(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    cluster: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let query: DeadLettersQuery = super::query(&req)?;
+    let mut filter = filter(&query)?;
+    if filter.since_ms.is_none() {
+        filter.since_ms = Some(filter.until_ms.unwrap_or_else(super::now_ms) - 3_600_000);
+    }
+    let cluster = find_cluster(&state, &cluster).await?;
+    let counts = state.store.dead_letter_counts(cluster.id, &filter).await?;
+    let total = counts.iter().map(|c| c.count).sum();
+    Ok(HttpResponse::Ok().json(DeadLetterCounts {
+        minutes: counts
+            .into_iter()
+            .map(|c| MinuteCountDto {
+                minute: datetime(c.minute_ms),
+                count: c.count,
+            })
+            .collect(),
+        total,
+    }))
+}

@@ -1,0 +1,157 @@
+//! `GET /api/v1/clusters/{cluster}/events`: the event history, newest first, with cursor paging.
+//!
+//! Dead letters have their own endpoint (`/dead-letters`): they are stored apart because they
+//! are the high-volume kind.
+
+use std::str::FromStr;
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use troupe_protocol::EventKind;
+use utoipa::ToSchema;
+
+use super::{ApiError, datetime, find_cluster, page_size, parse_cursor, parse_time};
+use crate::app::AppState;
+use crate::store::{EventFilter, EventRow};
+
+/// A stored event.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EventDto {
+    /// Its id (ascending in storage order).
+    pub id: i64,
+    /// When it happened (reporting node's clock).
+    pub at: DateTime<Utc>,
+    /// The same, epoch milliseconds.
+    pub at_ms: i64,
+    /// Its kind (`MemberUp`, `SingletonHandOverCompleted`, …).
+    pub kind: String,
+    /// `membership`, `singleton`, `router` or `health`.
+    pub category: String,
+    /// What it is about: member address, singleton name or router path.
+    pub subject: Option<String>,
+    /// The reporting node's address.
+    pub node: String,
+    /// The reporting node's incarnation.
+    pub incarnation: u64,
+    /// The event's fields as the agent sent them (with `kind`).
+    #[schema(value_type = Object)]
+    pub detail: serde_json::Value,
+}
+
+impl From<EventRow> for EventDto {
+    fn from(row: EventRow) -> Self {
+        let category = EventKind::from_str(&row.kind)
+            .map(|k| k.category().as_str())
+            .unwrap_or("unknown");
+        Self {
+            id: row.id,
+            at: datetime(row.at_ms),
+            at_ms: row.at_ms,
+            category: category.to_owned(),
+            kind: row.kind,
+            subject: row.subject,
+            node: row.node,
+            incarnation: row.incarnation as u64,
+            detail: serde_json::from_str(&row.detail).unwrap_or(serde_json::Value::Null),
+        }
+    }
+}
+
+/// One page of events.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EventPage {
+    /// Events, newest first.
+    pub events: Vec<EventDto>,
+    /// Pass as `cursor` for the next (older) page; absent on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// Filters of the event list.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct EventsQuery {
+    /// Only these kinds; repeat the parameter (`kind=MemberUp&kind=LeaderChanged`).
+    #[serde(default)]
+    pub kind: Vec<String>,
+    /// Only these categories (`membership`, `singleton`, `router`, `health`); repeatable.
+    #[serde(default)]
+    pub category: Vec<String>,
+    /// Only events reported by this node address.
+    pub node: Option<String>,
+    /// Only events about this member address, singleton name or router path.
+    pub subject: Option<String>,
+    /// From this time (RFC 3339 or epoch ms, inclusive).
+    pub since: Option<String>,
+    /// Until this time (RFC 3339 or epoch ms, exclusive).
+    pub until: Option<String>,
+    /// `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+    /// Page size, 1..=1000 (default 100).
+    pub limit: Option<i64>,
+}
+
+/// Resolves kind and category names into the list of kinds to match.
+pub(crate) fn kinds_filter(
+    kinds: &[String],
+    categories: &[String],
+) -> Result<Vec<String>, ApiError> {
+    let mut out = Vec::new();
+    for kind in kinds
+        .iter()
+        .flat_map(|k| k.split(','))
+        .filter(|k| !k.is_empty())
+    {
+        let kind = EventKind::from_str(kind).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        out.push(kind.as_str().to_owned());
+    }
+    for category in categories
+        .iter()
+        .flat_map(|c| c.split(','))
+        .filter(|c| !c.is_empty())
+    {
+        let matching: Vec<_> = EventKind::ALL
+            .iter()
+            .filter(|k| k.category().as_str() == category)
+            .map(|k| k.as_str().to_owned())
+            .collect();
+        if matching.is_empty() {
+            return Err(ApiError::BadRequest(format!(
+                "unknown category `{category}`; known: membership, singleton, router, dead-letter, health"
+            )));
+        }
+        out.extend(matching);
+    }
+    Ok(out)
+}
+
+/// A cluster's events, newest first, filtered by kind, node, subject and time range.
+#[utoipa::path(get, path = "/api/v1/clusters/{cluster}/events", tag = "events",
+    params(("cluster" = String, Path, description = "Cluster name"), EventsQuery),
+    responses((status = 200, body = EventPage), (status = 400, body = super::ErrorBody),
+              (status = 404, body = super::ErrorBody)))]
+pub async fn list(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    cluster: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let query: EventsQuery = super::query(&req)?;
+    let filter = EventFilter {
+        kinds: kinds_filter(&query.kind, &query.category)?,
+        node: query.node,
+        subject: query.subject,
+        since_ms: parse_time("since", query.since.as_deref())?,
+        until_ms: parse_time("until", query.until.as_deref())?,
+        before_id: parse_cursor(query.cursor.as_deref())?,
+        limit: page_size(query.limit)?,
+    };
+    let cluster = find_cluster(&state, &cluster).await?;
+    let rows = state.store.events(cluster.id, &filter).await?;
+    let next_cursor = (rows.len() as i64 == filter.limit)
+        .then(|| rows.last().map(|r| r.id.to_string()))
+        .flatten();
+    Ok(HttpResponse::Ok().json(EventPage {
+        events: rows.into_iter().map(Into::into).collect(),
+        next_cursor,
+    }))
+}

@@ -1,0 +1,174 @@
+//! `POST /api/v1/ingest`: agents' report batches.
+//!
+//! # Refusals
+//! The token is checked before the body is read (401). A body over the limit is refused as
+//! soon as its declared or read length passes it (413). A body that is not a valid
+//! [`ReportBatch`] gets 400 naming what was wrong. None of these write anything.
+//!
+//! # Acknowledgment
+//! 200 means the batch is committed (or was before: `duplicate: true`). Agents retry anything
+//! else with the same sequence.
+
+use std::time::Instant;
+
+use actix_web::http::header::CONTENT_LENGTH;
+use actix_web::{HttpRequest, HttpResponse, web};
+use futures_util::StreamExt;
+use troupe_protocol::{EventBody, IngestAck, PROTOCOL_VERSION, ReportBatch};
+
+use super::{ApiError, now_ms};
+use crate::app::AppState;
+use crate::metrics::{Item, Outcome};
+
+/// Stores a report batch from an agent.
+#[utoipa::path(
+    post,
+    path = "/api/v1/ingest",
+    tag = "ingest",
+    request_body(content = Object, description = "A `ReportBatch` (see docs/control-plane.md)", content_type = "application/json"),
+    responses(
+        (status = 200, description = "Stored, or stored before (`duplicate`)", body = Object),
+        (status = 400, description = "Malformed batch; nothing stored", body = super::ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token", body = super::ErrorBody),
+        (status = 413, description = "Body larger than --max-body-bytes", body = super::ErrorBody),
+        (status = 503, description = "Store unavailable; retry", body = super::ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn ingest(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let started = Instant::now();
+    let result = receive(&state, &req, payload, started).await;
+    if let Err(error) = &result {
+        let outcome = match error {
+            ApiError::Store(_) => Outcome::Failed,
+            _ => Outcome::Rejected,
+        };
+        state
+            .metrics
+            .batch(outcome, started.elapsed().as_secs_f64());
+        tracing::debug!(%error, "ingest refused");
+    }
+    result
+}
+
+async fn receive(
+    state: &AppState,
+    req: &HttpRequest,
+    payload: web::Payload,
+    started: Instant,
+) -> Result<HttpResponse, ApiError> {
+    state.tokens.require_ingest(req)?;
+    let body = read_limited(req, payload, state.config.max_body_bytes).await?;
+    let batch = parse(&body)?;
+    let store_started = Instant::now();
+    let outcome = state.store.ingest(&batch, now_ms()).await?;
+    state
+        .metrics
+        .store_write(store_started.elapsed().as_secs_f64());
+    let id = &batch.identity;
+    state.metrics.agent_lag(
+        &id.cluster,
+        &id.node,
+        (now_ms() - batch.sent_at_ms).max(0) as f64 / 1000.0,
+    );
+    if outcome.duplicate {
+        state
+            .metrics
+            .batch(Outcome::Duplicate, started.elapsed().as_secs_f64());
+    } else {
+        let dead_letters = batch
+            .events
+            .iter()
+            .filter(|e| matches!(e.body, EventBody::DeadLetter(_)))
+            .count() as u64;
+        state
+            .metrics
+            .items(Item::Event, batch.events.len() as u64 - dead_letters);
+        state.metrics.items(Item::DeadLetter, dead_letters);
+        state
+            .metrics
+            .items(Item::DepthSample, outcome.stored_depth_samples);
+        state
+            .metrics
+            .batch(Outcome::Stored, started.elapsed().as_secs_f64());
+        state.live.publish_batch(&batch);
+    }
+    Ok(HttpResponse::Ok().json(IngestAck {
+        sequence: batch.sequence,
+        duplicate: outcome.duplicate,
+        stored_events: outcome.stored_events,
+        operations: outcome.operations,
+    }))
+}
+
+/// Reads the body, refusing it as soon as it is known to exceed `limit`.
+async fn read_limited(
+    req: &HttpRequest,
+    mut payload: web::Payload,
+    limit: usize,
+) -> Result<web::BytesMut, ApiError> {
+    let declared = req
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if let Some(size) = declared
+        && size > limit
+    {
+        return Err(ApiError::PayloadTooLarge { size, limit });
+    }
+    let mut body = web::BytesMut::with_capacity(declared.unwrap_or(8 * 1024).min(limit));
+    while let Some(chunk) = payload.next().await {
+        let chunk =
+            chunk.map_err(|e| ApiError::BadRequest(format!("reading the body failed: {e}")))?;
+        if body.len() + chunk.len() > limit {
+            return Err(ApiError::PayloadTooLarge {
+                size: body.len() + chunk.len(),
+                limit,
+            });
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// Parses and validates a batch.
+pub(crate) fn parse(body: &[u8]) -> Result<ReportBatch, ApiError> {
+    if body.is_empty() {
+        return Err(ApiError::BadRequest(
+            "empty body; expected a JSON report batch".to_owned(),
+        ));
+    }
+    let batch: ReportBatch = serde_json::from_slice(body)
+        .map_err(|e| ApiError::BadRequest(format!("malformed report batch: {e}")))?;
+    if batch.version != PROTOCOL_VERSION {
+        return Err(ApiError::BadRequest(format!(
+            "unsupported protocol version {}; this server speaks version {PROTOCOL_VERSION}",
+            batch.version
+        )));
+    }
+    let id = &batch.identity;
+    if id.cluster.is_empty() || id.node.is_empty() {
+        return Err(ApiError::BadRequest(
+            "identity.cluster and identity.node must not be empty".to_owned(),
+        ));
+    }
+    if batch.sequence == 0 || batch.sequence > i64::MAX as u64 {
+        return Err(ApiError::BadRequest(format!(
+            "sequence must be between 1 and {}, got {}",
+            i64::MAX,
+            batch.sequence
+        )));
+    }
+    // PostgreSQL text cannot hold NUL; refusing it here keeps both stores alike.
+    if body.windows(6).any(|w| w == b"\\u0000") {
+        return Err(ApiError::BadRequest(
+            "strings must not contain NUL (\\u0000)".to_owned(),
+        ));
+    }
+    Ok(batch)
+}

@@ -1,0 +1,269 @@
+//! `/api/v1/clusters/{cluster}/members`: members as the control plane last saw them, and
+//! member operations (leave, down) relayed to the agents — Akka Management's
+//! `/cluster/members` shape, in snake_case.
+//!
+//! # Member operations
+//! Off unless the server runs with `--enable-member-operations`, and then only with the admin
+//! token. An accepted operation is queued and handed to the next agent of the cluster that
+//! reports (in its ingest acknowledgment), which carries it out through the cluster.
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use troupe_protocol::OperationKind;
+use utoipa::ToSchema;
+
+use super::nodes::NodeDto;
+use super::{ApiError, datetime, find_cluster, now_ms, string_list};
+use crate::app::AppState;
+use crate::store::MemberRow;
+
+/// A member.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MemberDto {
+    /// Its address.
+    pub node: String,
+    /// Its incarnation (Akka's `nodeUid`).
+    pub node_uid: u64,
+    /// `joining`, `weakly-up`, `up`, `leaving`, `exiting`, `down` or `removed`.
+    pub status: String,
+    /// Its roles.
+    pub roles: Vec<String>,
+    /// When its status last changed.
+    pub status_since: DateTime<Utc>,
+    /// Whether every observer reaches it.
+    pub reachable: bool,
+    /// Whether it is the leader.
+    pub leader: bool,
+    /// Its agent as last reported (newest incarnation), if it reports.
+    pub agent: Option<NodeDto>,
+}
+
+/// A member some node cannot reach.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UnreachableDto {
+    /// Its address.
+    pub node: String,
+    /// Who cannot reach it.
+    pub observed_by: Vec<String>,
+}
+
+/// The members of a cluster.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MembersDto {
+    /// The cluster.
+    pub cluster: String,
+    /// The leader's address.
+    pub leader: Option<String>,
+    /// Members by address (removed ones only with `include_removed=true`).
+    pub members: Vec<MemberDto>,
+    /// The unreachable ones and their observers.
+    pub unreachable: Vec<UnreachableDto>,
+}
+
+/// Query of the member list.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct MembersQuery {
+    /// Also list removed members.
+    #[serde(default)]
+    pub include_removed: bool,
+}
+
+fn member_dto(row: MemberRow, leader: Option<&str>, agents: &[NodeDto]) -> MemberDto {
+    MemberDto {
+        leader: leader == Some(row.address.as_str()),
+        agent: agents.iter().find(|a| a.node == row.address).cloned(),
+        node_uid: row.uid as u64,
+        roles: string_list(&row.roles),
+        status_since: datetime(row.status_ms),
+        reachable: row.reachable,
+        status: row.status,
+        node: row.address,
+    }
+}
+
+async fn load(
+    state: &AppState,
+    cluster: &str,
+    include_removed: bool,
+) -> Result<(MembersDto, Vec<MemberRow>), ApiError> {
+    let cluster = find_cluster(state, cluster).await?;
+    let rows = state.store.members(cluster.id).await?;
+    let agents: Vec<NodeDto> = state
+        .store
+        .agents(cluster.id)
+        .await?
+        .into_iter()
+        .map(Into::into)
+        .collect();
+    let unreachable = rows
+        .iter()
+        .filter(|m| !m.reachable && m.status != "removed")
+        .map(|m| UnreachableDto {
+            node: m.address.clone(),
+            observed_by: string_list(&m.observers),
+        })
+        .collect();
+    let members = rows
+        .iter()
+        .filter(|m| include_removed || m.status != "removed")
+        .cloned()
+        .map(|m| member_dto(m, cluster.leader.as_deref(), &agents))
+        .collect();
+    Ok((
+        MembersDto {
+            cluster: cluster.name,
+            leader: cluster.leader,
+            members,
+            unreachable,
+        },
+        rows,
+    ))
+}
+
+/// The members of a cluster as last reported.
+#[utoipa::path(get, path = "/api/v1/clusters/{cluster}/members", tag = "members",
+    params(("cluster" = String, Path, description = "Cluster name"), MembersQuery),
+    responses((status = 200, body = MembersDto), (status = 404, body = super::ErrorBody)))]
+pub async fn list(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    cluster: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let query: MembersQuery = super::query(&req)?;
+    let (members, _) = load(&state, &cluster, query.include_removed).await?;
+    Ok(HttpResponse::Ok().json(members))
+}
+
+/// One member, 404 if unknown.
+#[utoipa::path(get, path = "/api/v1/clusters/{cluster}/members/{address}", tag = "members",
+    params(("cluster" = String, Path, description = "Cluster name"),
+           ("address" = String, Path, description = "Member address, host:port")),
+    responses((status = 200, body = MemberDto), (status = 404, body = super::ErrorBody)))]
+pub async fn one(
+    state: web::Data<AppState>,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let (cluster, address) = path.into_inner();
+    let (members, _) = load(&state, &cluster, true).await?;
+    let member = members
+        .members
+        .into_iter()
+        .find(|m| m.node == address)
+        .ok_or_else(|| ApiError::NotFound(format!("no member `{address}` in `{cluster}`")))?;
+    Ok(HttpResponse::Ok().json(member))
+}
+
+/// Body of `PUT …/members/{address}`: form (`operation=Down`, as in Akka Management) or JSON.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct OperationRequest {
+    /// `Down` or `Leave` (any case).
+    pub operation: String,
+}
+
+/// A queued member operation.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct OperationAccepted {
+    /// Its id (agents log it).
+    pub id: i64,
+    /// The member.
+    pub address: String,
+    /// `leave` or `down`.
+    pub operation: String,
+    /// What happens next.
+    pub message: String,
+}
+
+async fn queue(
+    state: &AppState,
+    req: &HttpRequest,
+    cluster: &str,
+    address: &str,
+    operation: OperationKind,
+) -> Result<HttpResponse, ApiError> {
+    state.tokens.require_admin(req)?;
+    if !state.config.enable_member_operations {
+        return Err(ApiError::Forbidden(
+            "member operations are disabled; start the server with --enable-member-operations",
+        ));
+    }
+    let (_, rows) = load(state, cluster, true).await?;
+    let cluster_row = find_cluster(state, cluster).await?;
+    if !rows.iter().any(|m| m.address == address) {
+        return Err(ApiError::NotFound(format!(
+            "no member `{address}` in `{cluster}`"
+        )));
+    }
+    let id = state
+        .store
+        .request_operation(cluster_row.id, address, operation, now_ms())
+        .await?;
+    tracing::info!(
+        cluster,
+        address,
+        operation = operation.as_str(),
+        id,
+        "member operation queued"
+    );
+    Ok(HttpResponse::Accepted().json(OperationAccepted {
+        id,
+        address: address.to_owned(),
+        operation: operation.as_str().to_owned(),
+        message: "queued; the next agent of the cluster to report carries it out".to_owned(),
+    }))
+}
+
+/// Asks a member to leave or be downed (`operation=Down|Leave`); needs the admin token and
+/// `--enable-member-operations`.
+#[utoipa::path(put, path = "/api/v1/clusters/{cluster}/members/{address}", tag = "members",
+    params(("cluster" = String, Path, description = "Cluster name"),
+           ("address" = String, Path, description = "Member address, host:port")),
+    request_body(content = OperationRequest, content_type = "application/x-www-form-urlencoded"),
+    responses((status = 202, body = OperationAccepted),
+              (status = 400, body = super::ErrorBody), (status = 401, body = super::ErrorBody),
+              (status = 403, body = super::ErrorBody), (status = 404, body = super::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn operate(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    path: web::Path<(String, String)>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    let (cluster, address) = path.into_inner();
+    state.tokens.require_admin(&req)?;
+    let parsed: Option<OperationRequest> = serde_json::from_slice(&body)
+        .ok()
+        .or_else(|| serde_html_form::from_bytes(&body).ok());
+    let operation = match parsed.map(|p| p.operation.to_ascii_lowercase()).as_deref() {
+        Some("down") => OperationKind::Down,
+        Some("leave") => OperationKind::Leave,
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!(
+                "unknown operation `{other}`; use Down or Leave"
+            )));
+        }
+        None => {
+            return Err(ApiError::BadRequest(
+                "expected a form or JSON body with `operation` (Down or Leave)".to_owned(),
+            ));
+        }
+    };
+    queue(&state, &req, &cluster, &address, operation).await
+}
+
+/// Asks a member to leave; needs the admin token and `--enable-member-operations`.
+#[utoipa::path(delete, path = "/api/v1/clusters/{cluster}/members/{address}", tag = "members",
+    params(("cluster" = String, Path, description = "Cluster name"),
+           ("address" = String, Path, description = "Member address, host:port")),
+    responses((status = 202, body = OperationAccepted), (status = 401, body = super::ErrorBody),
+              (status = 403, body = super::ErrorBody), (status = 404, body = super::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn leave(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let (cluster, address) = path.into_inner();
+    queue(&state, &req, &cluster, &address, OperationKind::Leave).await
+}

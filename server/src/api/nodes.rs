@@ -1,0 +1,92 @@
+//! `GET /api/v1/clusters/{cluster}/nodes`: every agent incarnation that reported.
+
+use actix_web::{HttpResponse, web};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::{ApiError, datetime, find_cluster};
+use crate::app::AppState;
+use crate::store::AgentRow;
+
+/// Items an agent dropped since it started, by kind.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+pub struct DroppedDto {
+    /// Membership events.
+    pub membership: i64,
+    /// Singleton events.
+    pub singleton: i64,
+    /// Router events.
+    pub router: i64,
+    /// Dead letters.
+    pub dead_letters: i64,
+    /// Health events.
+    pub health: i64,
+    /// Depth samples.
+    pub depth_samples: i64,
+}
+
+/// One agent incarnation.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct NodeDto {
+    /// Its address.
+    pub node: String,
+    /// Its incarnation.
+    pub incarnation: u64,
+    /// The machine it runs on (`meta.node`).
+    pub meta_node: Option<String>,
+    /// `starting`, `ready`, `draining` or `fenced`, as last reported.
+    pub health: Option<String>,
+    /// First report.
+    pub first_seen: DateTime<Utc>,
+    /// Latest report (server clock).
+    pub last_report: DateTime<Utc>,
+    /// Send time of the latest batch (agent clock).
+    pub last_sent: DateTime<Utc>,
+    /// Highest batch sequence stored.
+    pub last_sequence: i64,
+    /// Dropped items (running totals).
+    pub dropped: DroppedDto,
+}
+
+impl From<AgentRow> for NodeDto {
+    fn from(row: AgentRow) -> Self {
+        Self {
+            node: row.node,
+            incarnation: row.incarnation as u64,
+            meta_node: row.meta_node,
+            health: row.health,
+            first_seen: datetime(row.first_seen_ms),
+            last_report: datetime(row.last_report_ms),
+            last_sent: datetime(row.last_sent_ms),
+            last_sequence: row.last_sequence,
+            dropped: DroppedDto {
+                membership: row.dropped_membership,
+                singleton: row.dropped_singleton,
+                router: row.dropped_router,
+                dead_letters: row.dropped_dead_letters,
+                health: row.dropped_health,
+                depth_samples: row.dropped_depth_samples,
+            },
+        }
+    }
+}
+
+/// Every agent incarnation of a cluster, by address, newest incarnation first.
+#[utoipa::path(get, path = "/api/v1/clusters/{cluster}/nodes", tag = "nodes",
+    params(("cluster" = String, Path, description = "Cluster name")),
+    responses((status = 200, body = [NodeDto]), (status = 404, body = super::ErrorBody)))]
+pub async fn list(
+    state: web::Data<AppState>,
+    cluster: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let cluster = find_cluster(&state, &cluster).await?;
+    let nodes: Vec<NodeDto> = state
+        .store
+        .agents(cluster.id)
+        .await?
+        .into_iter()
+        .map(Into::into)
+        .collect();
+    Ok(HttpResponse::Ok().json(nodes))
+}

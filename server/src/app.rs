@@ -1,0 +1,262 @@
+//! The server as a value: build it from a [`Config`], then run it until SIGTERM or Ctrl-C.
+//!
+//! # Shutdown
+//! On SIGTERM or SIGINT (or [`ShutdownTrigger::shutdown`]) the server stops accepting
+//! connections, ends the live event streams, lets in-flight requests finish (up to
+//! `--shutdown-timeout-secs`), stops retention and closes the database pool. An ingest request
+//! that got its answer is committed; one cut off is not acknowledged and the agent retries it.
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::dev::Server;
+use actix_web::{HttpServer, middleware};
+use tokio::sync::watch;
+
+use crate::auth::Tokens;
+use crate::live::LiveHub;
+use crate::metrics::Metrics;
+use crate::store::{Store, StoreError};
+use crate::{Config, api};
+
+/// Rows retention deletes per table and statement; small enough that ingest never waits long.
+const RETENTION_CHUNK: i64 = 5_000;
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// The store could not be opened or migrated.
+    #[error("opening the store failed: {0}")]
+    Store(#[from] StoreError),
+    /// The listen address could not be bound, or the server failed.
+    #[error("http server: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// What every request handler shares.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    /// The history store.
+    pub store: Store,
+    /// The configuration.
+    pub config: Arc<Config>,
+    /// Accepted tokens.
+    pub tokens: Tokens,
+    /// Prometheus metrics.
+    pub metrics: Arc<Metrics>,
+    /// Live event fan-out.
+    pub live: LiveHub,
+    /// Becomes `true` when the server shuts down.
+    pub shutdown: watch::Receiver<bool>,
+}
+
+impl AppState {
+    /// State over `store`; the returned trigger ends live streams.
+    #[must_use]
+    pub fn new(config: Config, store: Store) -> (Self, ShutdownTrigger) {
+        let ingest_token = config.ingest_token.clone().unwrap_or_else(random_token);
+        let (sender, receiver) = watch::channel(false);
+        let state = Self {
+            store,
+            tokens: Tokens::new(ingest_token, config.admin_token.clone()),
+            config: Arc::new(config),
+            metrics: Arc::new(Metrics::new()),
+            live: LiveHub::default(),
+            shutdown: receiver,
+        };
+        (state, ShutdownTrigger(Arc::new(sender)))
+    }
+}
+
+/// Starts a graceful shutdown from code (tests, embedding).
+#[derive(Debug, Clone)]
+pub struct ShutdownTrigger(Arc<watch::Sender<bool>>);
+
+impl ShutdownTrigger {
+    /// Asks the server to shut down.
+    pub fn shutdown(&self) {
+        self.0.send_replace(true);
+    }
+
+    async fn requested(&self) {
+        let mut receiver = self.0.subscribe();
+        let _ = receiver.wait_for(|stop| *stop).await;
+    }
+}
+
+fn random_token() -> String {
+    let token = format!("{:032x}", rand::random::<u128>());
+    tracing::warn!(
+        token = %token,
+        "no ingest token configured (TROUPE_INGEST_TOKEN); agents must send this one"
+    );
+    token
+}
+
+/// The server, bound and ready to run.
+pub struct App {
+    server: Server,
+    local_addr: SocketAddr,
+    state: AppState,
+    trigger: ShutdownTrigger,
+}
+
+impl std::fmt::Debug for App {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("App")
+            .field("local_addr", &self.local_addr)
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
+}
+
+impl App {
+    /// Opens the store (applying migrations), binds the listen address and prepares the server.
+    pub async fn build(config: Config) -> Result<Self, AppError> {
+        let store = match &config.database_url {
+            Some(url) => Store::connect_postgres(url, config.db_max_connections).await?,
+            None => {
+                Store::open_sqlite(&config.sqlite_path, config.db_max_connections.min(4)).await?
+            }
+        };
+        tracing::info!(backend = ?store.backend(), "store ready, migrations applied");
+        let listener = TcpListener::bind(config.listen)?;
+        let local_addr = listener.local_addr()?;
+        let workers = config.workers;
+        let shutdown_timeout = config.shutdown_timeout_secs;
+        let (state, trigger) = AppState::new(config, store);
+        let app_state = state.clone();
+        let mut server = HttpServer::new(move || {
+            actix_web::App::new()
+                .wrap(
+                    // Ingest and scrapes are counted in /metrics; logging each would drown
+                    // the log at production rates.
+                    middleware::Logger::new("%a \"%r\" %s %b %Dms")
+                        .log_target("troupe_server::http")
+                        .exclude("/api/v1/ingest")
+                        .exclude("/metrics"),
+                )
+                .configure(api::configure(app_state.clone()))
+        })
+        .disable_signals()
+        .shutdown_timeout(shutdown_timeout);
+        if let Some(workers) = workers {
+            server = server.workers(workers.max(1));
+        }
+        let server = server.listen(listener)?.run();
+        Ok(Self {
+            server,
+            local_addr,
+            state,
+            trigger,
+        })
+    }
+
+    /// The address the server listens on (useful with port 0).
+    #[must_use]
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The shared state (store, metrics, live hub).
+    #[must_use]
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// A handle that shuts the server down gracefully.
+    #[must_use]
+    pub fn shutdown_trigger(&self) -> ShutdownTrigger {
+        self.trigger.clone()
+    }
+
+    /// Serves until SIGTERM, SIGINT or the trigger, then shuts down gracefully.
+    pub async fn run(self) -> Result<(), AppError> {
+        let Self {
+            server,
+            local_addr,
+            state,
+            trigger,
+        } = self;
+        tracing::info!(
+            api = %format!("http://{local_addr}/api/v1"),
+            docs = %format!("http://{local_addr}/api/v1/docs"),
+            metrics = %format!("http://{local_addr}/metrics"),
+            "troupe control plane listening"
+        );
+        let retention = state.config.retention().map(|keep| {
+            tokio::spawn(retention_loop(
+                state.store.clone(),
+                keep,
+                state.shutdown.clone(),
+            ))
+        });
+        let handle = server.handle();
+        let server_task = tokio::spawn(server);
+        let reason = tokio::select! {
+            reason = signal() => reason,
+            () = trigger.requested() => "shutdown requested",
+        };
+        tracing::info!(reason, "shutting down: ending streams, finishing requests");
+        trigger.shutdown();
+        handle.stop(true).await;
+        let served = server_task.await.map_err(std::io::Error::other)?;
+        if let Some(retention) = retention {
+            retention.abort();
+        }
+        state.store.close().await;
+        tracing::info!("stopped");
+        served.map_err(AppError::from)
+    }
+}
+
+#[cfg(unix)]
+async fn signal() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = tokio::signal::ctrl_c() => "SIGINT",
+        },
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            "SIGINT"
+        }
+    }
+}
+
+#[cfg(not(unix))]
+async fn signal() -> &'static str {
+    let _ = tokio::signal::ctrl_c().await;
+    "Ctrl-C"
+}
+
+/// Deletes expired history every minute, a chunk at a time.
+async fn retention_loop(store: Store, keep: Duration, mut shutdown: watch::Receiver<bool>) {
+    let mut every = tokio::time::interval(Duration::from_secs(60));
+    loop {
+        tokio::select! {
+            _ = every.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        let cutoff = api::now_ms() - keep.as_millis() as i64;
+        loop {
+            match store.delete_older_than(cutoff, RETENTION_CHUNK).await {
+                Ok(deleted) if deleted > 0 => {
+                    tracing::debug!(deleted, "retention deleted expired history");
+                    if *shutdown.borrow() {
+                        return;
+                    }
+                    // Let ingest have the database between chunks.
+                    tokio::task::yield_now().await;
+                }
+                Ok(_) => break,
+                Err(error) => {
+                    tracing::warn!(%error, "retention failed; retrying in a minute");
+                    break;
+                }
+            }
+        }
+    }
+}

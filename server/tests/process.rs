@@ -1,0 +1,285 @@
+//! The real `troupe-server` binary: configuration help, SIGTERM, and a restart mid-ingest.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use troupe_protocol::IngestAck;
+use troupe_server::testing::{BatchBuilder, HttpClient, TestDatabase, TestSqliteFile};
+
+const TOKEN: &str = "process-test-token";
+
+/// A running server process; killed if the test fails before it stops.
+struct ServerProcess {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl ServerProcess {
+    fn start(storage: &[(&str, &str)]) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_troupe-server"));
+        command
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--log-json",
+                "--ingest-token",
+                TOKEN,
+            ])
+            .args(["--shutdown-timeout-secs", "5"])
+            // Test events are stamped near 1970: keep them.
+            .args(["--retention-days", "0"])
+            .env_remove("DATABASE_URL")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (flag, value) in storage {
+            command.args([flag, value]);
+        }
+        let mut child = command.spawn().expect("start troupe-server");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Ok(log) = serde_json::from_str::<serde_json::Value>(&line)
+                    && let Some(api) = log["api"].as_str()
+                {
+                    let _ = tx.send(api.to_owned());
+                }
+            }
+        });
+        let api = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("server logs its address");
+        let addr = api
+            .trim_start_matches("http://")
+            .trim_end_matches("/api/v1")
+            .parse()
+            .unwrap();
+        Self { child, addr }
+    }
+
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill -TERM");
+        assert!(status.success());
+        self.child.wait().expect("server exits")
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn help_lists_every_option_its_environment_variable_and_default() {
+    let output = Command::new(env!("CARGO_BIN_EXE_troupe-server"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    // Help wraps to the terminal width; compare with the whitespace collapsed.
+    let help = String::from_utf8(output.stdout)
+        .unwrap()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    for (flag, env) in [
+        ("--listen", "TROUPE_LISTEN"),
+        ("--database-url", "DATABASE_URL"),
+        ("--sqlite-path", "TROUPE_SQLITE_PATH"),
+        ("--db-max-connections", "TROUPE_DB_MAX_CONNECTIONS"),
+        ("--ingest-token", "TROUPE_INGEST_TOKEN"),
+        ("--admin-token", "TROUPE_ADMIN_TOKEN"),
+        (
+            "--enable-member-operations",
+            "TROUPE_ENABLE_MEMBER_OPERATIONS",
+        ),
+        ("--retention-days", "TROUPE_RETENTION_DAYS"),
+        ("--max-body-bytes", "TROUPE_MAX_BODY_BYTES"),
+        ("--workers", "TROUPE_WORKERS"),
+        ("--shutdown-timeout-secs", "TROUPE_SHUTDOWN_TIMEOUT_SECS"),
+        ("--log-json", "TROUPE_LOG_JSON"),
+        ("--log-filter", "RUST_LOG"),
+    ] {
+        assert!(help.contains(flag), "{flag} missing from --help");
+        assert!(
+            help.contains(&format!("env: {env}")),
+            "{env} missing from --help"
+        );
+    }
+    for default in [
+        "127.0.0.1:8080",
+        "[default: 7]",
+        "[default: 8388608]",
+        "troupe-control-plane.sqlite",
+    ] {
+        assert!(
+            help.contains(default),
+            "default {default} missing from --help"
+        );
+    }
+}
+
+#[test]
+fn sigterm_ends_live_streams_and_exits_cleanly() {
+    let file = TestSqliteFile::new();
+    let mut server = ServerProcess::start(&[("--sqlite-path", file.path().to_str().unwrap())]);
+
+    let mut stream = TcpStream::connect(server.addr).unwrap();
+    stream
+        .write_all(b"GET /api/v1/events/stream?type=MemberUp HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    // The response head and the `retry:` line arrive before any event: the stream is open.
+    while !line.starts_with("retry:") {
+        line.clear();
+        assert!(
+            reader.read_line(&mut line).unwrap() > 0,
+            "stream ended early"
+        );
+    }
+
+    let batch = BatchBuilder::new("app", "a:1", 1)
+        .member(
+            1,
+            troupe_protocol::EventBody::MemberLeft,
+            "a:1",
+            troupe_protocol::MemberStatus::Leaving,
+            &[],
+        )
+        .member(
+            2,
+            troupe_protocol::EventBody::MemberUp,
+            "b:1",
+            troupe_protocol::MemberStatus::Up,
+            &[],
+        )
+        .build();
+    let mut client = HttpClient::new(server.addr);
+    let ack = client
+        .request(
+            "POST",
+            "/api/v1/ingest",
+            Some(TOKEN),
+            &serde_json::to_vec(&batch).unwrap(),
+        )
+        .unwrap();
+    assert_eq!(ack.status, 200, "{}", ack.body);
+
+    let mut seen = Vec::new();
+    loop {
+        line.clear();
+        assert!(
+            reader.read_line(&mut line).unwrap() > 0,
+            "stream ended before the event"
+        );
+        if line.contains("event: ") || line.contains("data: ") {
+            seen.push(line.trim().to_owned());
+        }
+        if line.contains("data: ") {
+            break;
+        }
+    }
+    assert!(
+        seen[0].ends_with("event: MemberUp"),
+        "filtered to MemberUp: {seen:?}"
+    );
+    assert!(seen[1].contains(r#""member":{"address":"b:1""#), "{seen:?}");
+
+    let status = server.terminate();
+    assert!(status.success(), "exit status {status}");
+    // The live stream was ended by the shutdown: reading reaches its end.
+    let mut rest = Vec::new();
+    reader.read_to_end(&mut rest).unwrap();
+}
+
+/// An agent's retry discipline: resend the same sequence until it is acknowledged.
+fn send_until_acknowledged(client: &mut HttpClient, body: &[u8]) -> Option<IngestAck> {
+    let response = client
+        .request("POST", "/api/v1/ingest", Some(TOKEN), body)
+        .ok()?;
+    (response.status == 200).then(|| serde_json::from_str(&response.body).unwrap())
+}
+
+#[test]
+fn server_restarted_mid_ingest_loses_no_acknowledged_batch() {
+    const BATCHES: u64 = 60;
+    const PER_BATCH: i64 = 50;
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let db = runtime.block_on(TestDatabase::create());
+    let storage = [("--database-url", db.url())];
+    let mut server = ServerProcess::start(&storage);
+    let batches: Vec<Vec<u8>> = (1..=BATCHES)
+        .map(|sequence| {
+            let mut batch = BatchBuilder::new("app", "a:1", sequence).sent_at(1);
+            for i in 0..PER_BATCH {
+                batch = batch.dead_letter(sequence as i64 * 1000 + i, "/user/x", "T");
+            }
+            serde_json::to_vec(&batch.build()).unwrap()
+        })
+        .collect();
+
+    let mut client = HttpClient::new(server.addr);
+    let mut acknowledged = 0u64;
+    let mut next = 0usize;
+    // Half the batches, then SIGTERM while the agent keeps sending.
+    while next < batches.len() / 2 {
+        if send_until_acknowledged(&mut client, &batches[next]).is_some() {
+            acknowledged += 1;
+            next += 1;
+        }
+    }
+    let (done_tx, done_rx) = mpsc::channel();
+    let pid = server.child.id();
+    std::thread::spawn(move || {
+        let _ = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status();
+        let _ = done_tx.send(());
+    });
+    // Keep sending until the server stops answering.
+    while next < batches.len() {
+        match send_until_acknowledged(&mut client, &batches[next]) {
+            Some(_) => {
+                acknowledged += 1;
+                next += 1;
+            }
+            None => break,
+        }
+    }
+    done_rx.recv().unwrap();
+    assert!(server.child.wait().unwrap().success());
+
+    // A new server on the same database; the agent resends from its first unacknowledged batch
+    // and also repeats the last acknowledged one, as an agent that lost the ack would.
+    let server = ServerProcess::start(&storage);
+    let mut client = HttpClient::new(server.addr);
+    let replay_from = next.saturating_sub(1);
+    for body in &batches[replay_from..] {
+        let ack = send_until_acknowledged(&mut client, body).expect("restarted server answers");
+        acknowledged += u64::from(!ack.duplicate);
+    }
+    assert_eq!(
+        acknowledged, BATCHES,
+        "every batch acknowledged as new exactly once"
+    );
+
+    let store = runtime.block_on(db.store()).unwrap();
+    let totals = runtime.block_on(store.totals()).unwrap();
+    assert_eq!(totals.batches, BATCHES as i64);
+    assert_eq!(totals.dead_letters, BATCHES as i64 * PER_BATCH);
+    runtime.block_on(store.close());
+    drop(server);
+}
