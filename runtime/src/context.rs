@@ -1,7 +1,7 @@
 //! [`Context`]: what an actor can do from inside its hooks — spawn children, watch, stop itself,
 //! schedule messages to itself.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +18,9 @@ use crate::system::{ActorSystem, SpawnError, spawn_child};
 pub struct Context<A: Actor> {
     pub(crate) cell: Arc<Cell<A::Msg>>,
     pub(crate) stop_requested: bool,
-    pub(crate) watching: HashSet<ActorId>,
+    /// What this actor watches, so a watcher that dies first can unwatch (its targets would
+    /// otherwise keep it referenced until they die).
+    pub(crate) watching: HashMap<ActorId, Arc<dyn AnyCell>>,
     pub(crate) sender: Option<ActorPath>,
     timers: Vec<tokio::task::AbortHandle>,
 }
@@ -66,7 +68,7 @@ impl<A: Actor> Context<A> {
         Self {
             cell,
             stop_requested: false,
-            watching: HashSet::new(),
+            watching: HashMap::new(),
             sender: None,
             timers: Vec::new(),
         }
@@ -156,9 +158,10 @@ impl<A: Actor> Context<A> {
     /// if it already has. Watching twice is the same as watching once.
     pub fn watch(&mut self, target: &impl Watchable) {
         let target = target.to_any_ref();
-        if !self.watching.insert(target.id()) {
+        if self.watching.contains_key(&target.id()) {
             return;
         }
+        self.watching.insert(target.id(), Arc::clone(&target.cell));
         let me: Arc<dyn AnyCell> = Arc::clone(&self.cell) as Arc<dyn AnyCell>;
         if target.cell.send_system(SystemMsg::Watch(me)).is_err() {
             // Already terminated: deliver through our own mailbox like any other Terminated.
@@ -175,7 +178,7 @@ impl<A: Actor> Context<A> {
     /// Stop watching `target`; no `Terminated` is delivered for it afterwards.
     pub fn unwatch(&mut self, target: &impl Watchable) {
         let target = target.to_any_ref();
-        if self.watching.remove(&target.id()) {
+        if self.watching.remove(&target.id()).is_some() {
             let _ = target.cell.send_system(SystemMsg::Unwatch(self.cell.id));
         }
     }
@@ -192,6 +195,13 @@ impl<A: Actor> Context<A> {
         let handle = task.abort_handle();
         self.timers.push(handle.clone());
         TimerHandle(handle)
+    }
+
+    /// Tell everything this actor watches to forget it (it is terminating).
+    pub(crate) fn unwatch_all(&mut self) {
+        for (_, target) in self.watching.drain() {
+            let _ = target.send_system(SystemMsg::Unwatch(self.cell.id));
+        }
     }
 
     pub(crate) fn cancel_timers(&mut self) {

@@ -166,7 +166,7 @@ impl<A: Actor> Runner<A> {
                 AfterFailure::Continue
             }
             SystemMsg::Terminated(terminated) => {
-                if !self.ctx.watching.remove(&terminated.id) {
+                if self.ctx.watching.remove(&terminated.id).is_none() {
                     return AfterFailure::Continue;
                 }
                 let actor = self.actor.as_mut().expect("a live actor has an instance");
@@ -273,6 +273,7 @@ impl<A: Actor> Runner<A> {
 
     async fn terminate(&mut self) {
         self.ctx.cancel_timers();
+        self.ctx.unwatch_all();
         self.stop_children(true).await;
         if let Some(mut actor) = self.actor.take()
             && let Err(panic) = AssertUnwindSafe(actor.post_stop(&mut self.ctx))
@@ -347,5 +348,56 @@ mod tests {
         let cell_bytes = std::mem::size_of::<crate::cell::Cell<()>>();
         assert!(task_bytes <= 512, "actor task future is {task_bytes} bytes");
         assert!(cell_bytes <= 320, "actor cell is {cell_bytes} bytes");
+    }
+
+    struct Pinger;
+
+    impl Actor for Pinger {
+        type Msg = crate::ReplyTo<()>;
+
+        async fn handle(
+            &mut self,
+            reply: crate::ReplyTo<()>,
+            _ctx: &mut Context<Self>,
+        ) -> Result<(), ActorError> {
+            reply.send(());
+            Ok(())
+        }
+    }
+
+    struct WatchOnce(crate::ActorRef<crate::ReplyTo<()>>);
+
+    impl Actor for WatchOnce {
+        type Msg = ();
+
+        async fn pre_start(&mut self, ctx: &mut Context<Self>) -> Result<(), ActorError> {
+            ctx.watch(&self.0);
+            Ok(())
+        }
+
+        async fn handle(&mut self, _msg: (), _ctx: &mut Context<Self>) -> Result<(), ActorError> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_watcher_that_dies_first_is_forgotten_by_its_target() {
+        let system = ActorSystem::new("unwatch").unwrap();
+        let target = system.spawn("target", Props::new(|| Pinger)).unwrap();
+        let watched = target.clone();
+        let watcher = system
+            .spawn("watcher", Props::new(move || WatchOnce(watched.clone())))
+            .unwrap();
+        watcher.stop();
+        watcher.terminated().await;
+        // System messages are served first, so once the target answers, it has handled the
+        // watcher's Watch and Unwatch.
+        target.ask(|reply| reply).await.unwrap();
+        assert_eq!(
+            Arc::strong_count(&watcher.cell),
+            1,
+            "the target still references its dead watcher"
+        );
+        system.shutdown().await;
     }
 }
