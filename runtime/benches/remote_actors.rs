@@ -4,7 +4,8 @@
 //! `cargo bench -p troupe --bench transport`.
 //!
 //! Run: `cargo bench -p troupe --bench remote_actors` (`TROUPE_BENCH_MESSAGES`, default
-//! 1,000,000; `TROUPE_BENCH_ASKS`, default 20,000).
+//! 1,000,000; `TROUPE_BENCH_ASKS`, default 20,000). The two-process figures start copies of
+//! this binary as the other node (`TROUPE_BENCH_ROLE=sink|node`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -199,8 +200,176 @@ async fn converge(nodes: usize) -> Duration {
     elapsed
 }
 
+/// Child process: a node with a sink that prints `ready <address>` and then `done` after
+/// `TROUPE_BENCH_MESSAGES` payloads.
+async fn run_sink_process(messages: u64) {
+    let (system, remoting) = node("bench").await;
+    let (done_tx, done_rx) = oneshot::channel();
+    let mut done = Some(done_tx);
+    system
+        .spawn(
+            "sink",
+            Props::new(move || Sink {
+                expected: messages,
+                received: 0,
+                done: done.take(),
+            }),
+        )
+        .expect("spawn");
+    println!("ready {}", remoting.local().address);
+    done_rx.await.expect("all delivered");
+    println!("done");
+}
+
+/// Child process: a cluster node joining `TROUPE_BENCH_SEED`; runs until killed.
+async fn run_node_process() {
+    let seed: troupe::remote::Address = std::env::var("TROUPE_BENCH_SEED")
+        .expect("seed")
+        .parse()
+        .expect("seed address");
+    let system = ActorSystem::new("bench").expect("system");
+    let (tx, rx) = mpsc::channel(4096);
+    let config = TcpTransportConfig::new(
+        "bench",
+        "127.0.0.1:0".parse().expect("address"),
+        ClusterSecret::new("benchmark-cluster-secret").expect("secret"),
+    )
+    .with_incarnation(rand::random());
+    let transport = TcpTransport::bind(config, tx).await.expect("bind");
+    println!("ready {}", transport.local().address);
+    let settings = MembershipSettings {
+        seeds: vec![seed],
+        ..MembershipSettings::default()
+    };
+    let _cluster = Cluster::start(&system, transport, rx, settings, None).expect("cluster");
+    std::future::pending::<()>().await;
+}
+
+fn child(
+    role: &str,
+    envs: &[(&str, String)],
+) -> (
+    std::process::Child,
+    std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+) {
+    use std::io::BufRead;
+    let mut command = std::process::Command::new(std::env::current_exe().expect("own path"));
+    command
+        .env("TROUPE_BENCH_ROLE", role)
+        .stdout(std::process::Stdio::piped());
+    for (key, value) in envs {
+        command.env(key, value);
+    }
+    let mut process = command.spawn().expect("start child process");
+    let lines = std::io::BufReader::new(process.stdout.take().expect("stdout")).lines();
+    (process, lines)
+}
+
+fn read_ready(lines: &mut std::io::Lines<std::io::BufReader<std::process::ChildStdout>>) -> String {
+    loop {
+        let line = lines.next().expect("child output").expect("read line");
+        if let Some(address) = line.strip_prefix("ready ") {
+            return address.to_owned();
+        }
+    }
+}
+
+/// Remote tells from this process to a sink in another process.
+async fn remote_tell_two_processes(messages: u64) -> f64 {
+    let (mut process, mut lines) = child(
+        "sink",
+        &[("TROUPE_BENCH_MESSAGES", (messages + 1).to_string())],
+    );
+    let address = read_ready(&mut lines);
+    let (_a, a_remoting) = node("bench").await;
+    let sink: ActorRef<Bench> = a_remoting
+        .actor_ref(&format!("{address}/user/sink"))
+        .expect("ref");
+    sink.tell(Bench::Payload([7; 64]));
+    sink.ask(|reply| Bench::Echo { reply })
+        .timeout(Duration::from_secs(10))
+        .await
+        .expect("warm-up");
+    let start = Instant::now();
+    for _ in 0..messages {
+        let mut message = Bench::Payload([7; 64]);
+        while let Err(refused) = sink.try_tell(message) {
+            message = refused.into_inner();
+            tokio::task::yield_now().await;
+        }
+    }
+    let done = tokio::task::spawn_blocking(move || lines.any(|l| l.is_ok_and(|l| l == "done")));
+    assert!(done.await.expect("reader"), "sink process finished");
+    let rate = messages as f64 / start.elapsed().as_secs_f64();
+    let _ = process.wait();
+    rate
+}
+
+/// SIGKILL one of three node processes; time until this node reports it unreachable and removed
+/// (default settings: heartbeat 500 ms, acceptable pause 1 s, threshold 8, down_after 5 s).
+async fn sigkill_detection() -> (Duration, Duration) {
+    let system = ActorSystem::new("bench").expect("system");
+    let (tx, rx) = mpsc::channel(4096);
+    let config = TcpTransportConfig::new(
+        "bench",
+        "127.0.0.1:0".parse().expect("address"),
+        ClusterSecret::new("benchmark-cluster-secret").expect("secret"),
+    );
+    let transport = TcpTransport::bind(config, tx).await.expect("bind");
+    let seed = transport.local().address.clone();
+    let settings = MembershipSettings {
+        seeds: vec![seed.clone()],
+        ..MembershipSettings::default()
+    };
+    let cluster = Cluster::start(&system, transport, rx, settings, None).expect("cluster");
+    let mut children: Vec<_> = (0..2)
+        .map(|_| child("node", &[("TROUPE_BENCH_SEED", seed.to_string())]))
+        .collect();
+    let victim: troupe::remote::Address = read_ready(&mut children[1].1).parse().expect("address");
+    cluster
+        .wait_for_view(|v| {
+            v.converged
+                && v.members
+                    .iter()
+                    .filter(|m| m.status == MemberStatus::Up)
+                    .count()
+                    == 3
+        })
+        .await;
+    let killed = Instant::now();
+    children[1].0.kill().expect("SIGKILL");
+    cluster
+        .wait_for_view(|v| v.unreachable.iter().any(|n| n.address == victim))
+        .await;
+    let unreachable = killed.elapsed();
+    cluster
+        .wait_for_view(|v| v.converged && !v.members.iter().any(|m| m.node.address == victim))
+        .await;
+    let removed = killed.elapsed();
+    for (mut process, _) in children {
+        let _ = process.kill();
+        let _ = process.wait();
+    }
+    cluster.shutdown();
+    (unreachable, removed)
+}
+
 fn main() {
     let messages = env_count("TROUPE_BENCH_MESSAGES", 1_000_000) as u64;
+    if let Ok(role) = std::env::var("TROUPE_BENCH_ROLE") {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            match role.as_str() {
+                "sink" => run_sink_process(messages).await,
+                _ => run_node_process().await,
+            }
+        });
+        return;
+    }
     let asks = env_count("TROUPE_BENCH_ASKS", 20_000);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -213,18 +382,27 @@ fn main() {
             tells.push(remote_tell(messages).await);
         }
         tells.sort_by(f64::total_cmp);
+        let mut two_process: Vec<f64> = Vec::new();
+        for _ in 0..3 {
+            two_process.push(remote_tell_two_processes(messages).await);
+        }
+        two_process.sort_by(f64::total_cmp);
         let (p50, p99) = remote_ask(asks).await;
         let mut convergence = Vec::new();
         for _ in 0..3 {
             convergence.push(converge(5).await);
         }
         convergence.sort();
+        let (unreachable, removed) = sigkill_detection().await;
         println!("Troupe remoting on loopback, one process, 2 tokio workers (median of 3 where noted)");
         println!("| figure | value | target |");
         println!("|---|---:|---|");
         println!("| remote tell, 64-byte payload, actor → actor (median of 3) | {:.0} msgs/s | ≥ 1,000,000 |", tells[1]);
+        println!("| remote tell, 64-byte payload, two processes (median of 3) | {:.0} msgs/s | ≥ 1,000,000 |", two_process[1]);
         println!("| remote ask round trip p50 | {:.1} µs | < 60 µs |", p50.as_secs_f64() * 1e6);
         println!("| remote ask round trip p99 | {:.1} µs | |", p99.as_secs_f64() * 1e6);
         println!("| 5 nodes start → all up and converged (median of 3) | {:.2} s | |", convergence[1].as_secs_f64());
+        println!("| SIGKILL of 1 of 3 node processes → MemberUnreachable (defaults) | {:.2} s | ≤ 3 s |", unreachable.as_secs_f64());
+        println!("| SIGKILL → MemberRemoved (defaults, down_after 5 s) | {:.2} s | |", removed.as_secs_f64());
     });
 }
