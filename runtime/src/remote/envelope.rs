@@ -29,6 +29,40 @@ pub struct WireEnvelope {
     pub body: Bytes,
 }
 
+/// A borrowed [`WireEnvelope`] for sending: the same bytes on the wire, without copying the
+/// path, manifest and body into owned buffers first.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct WireEnvelopeRef<'a> {
+    /// The recipient's actor path.
+    pub recipient: &'a str,
+    /// The sending actor's path, if any.
+    pub sender: Option<&'a str>,
+    /// The message type's manifest.
+    pub manifest: &'a str,
+    /// The serialized message.
+    pub body: RawBytes<'a>,
+}
+
+/// Bytes serialized as a byte string (like `Bytes`), not as a sequence of numbers.
+#[derive(Debug, Clone, Copy)]
+pub struct RawBytes<'a>(pub &'a [u8]);
+
+impl Serialize for RawBytes<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_bytes(self.0)
+    }
+}
+
+impl WireEnvelopeRef<'_> {
+    /// The envelope's wire bytes appended to `prefix` (a frame's channel tag, say).
+    ///
+    /// # Errors
+    /// [`EnvelopeError::Encode`] if serialization fails.
+    pub fn encode_after(&self, prefix: Vec<u8>) -> Result<Vec<u8>, EnvelopeError> {
+        postcard::to_extend(self, prefix).map_err(EnvelopeError::Encode)
+    }
+}
+
 /// Why an envelope could not be encoded or decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EnvelopeError {
@@ -74,6 +108,25 @@ impl WireEnvelope {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_borrowed_envelope_encodes_to_the_same_bytes() {
+        let owned = WireEnvelope {
+            recipient: "/user/worker".into(),
+            sender: Some("troupe://app@10.0.0.1:2552/user/client".into()),
+            manifest: "app.Msg".into(),
+            body: Bytes::from_static(&[1, 2, 3, 250]),
+        };
+        let borrowed = WireEnvelopeRef {
+            recipient: &owned.recipient,
+            sender: owned.sender.as_deref(),
+            manifest: &owned.manifest,
+            body: RawBytes(&owned.body),
+        };
+        let mut expected = vec![9];
+        expected.extend_from_slice(&owned.encode().unwrap());
+        assert_eq!(borrowed.encode_after(vec![9]).unwrap(), expected);
+    }
     use proptest::prelude::*;
 
     fn typical() -> WireEnvelope {

@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use super::address::{Address, UniqueAddress};
-use super::envelope::WireEnvelope;
+use super::envelope::{RawBytes, WireEnvelope, WireEnvelopeRef};
 use super::transport::{InboundFrame, Transport};
 use crate::actor_ref::ActorRef;
 use crate::cell::{ActorId, AnyCell, Cell, Children, SystemMsg, Termination};
@@ -137,6 +137,11 @@ pub struct Remoting {
     pending_asks: Mutex<HashMap<u64, CompleteAsk>>,
     /// Remote actors watched from here: (node, path) → the remote ref cells standing for them.
     watched: Mutex<HashMap<(Address, String), WatchingCells>>,
+    /// Local recipients already resolved, by message type and path (an entry whose actor has
+    /// terminated is resolved again).
+    resolved: RwLock<HashMap<(TypeId, String), Arc<dyn std::any::Any + Send + Sync>>>,
+    /// The root path of each peer, the origin of its messages that name no sender.
+    origins: RwLock<HashMap<Address, ActorPath>>,
     /// One proxy per watching node, registered as the watcher of local actors.
     watcher_proxies: Mutex<HashMap<UniqueAddress, Arc<WatcherProxy>>>,
     stats: RemotingStats,
@@ -169,6 +174,8 @@ impl Remoting {
             next_ask: AtomicU64::new(1),
             pending_asks: Mutex::new(HashMap::new()),
             watched: Mutex::new(HashMap::new()),
+            resolved: RwLock::new(HashMap::new()),
+            origins: RwLock::new(HashMap::new()),
             watcher_proxies: Mutex::new(HashMap::new()),
             stats: RemotingStats::default(),
         });
@@ -385,7 +392,7 @@ impl Remoting {
     /// comes from the payload.
     fn deliver_local<M: RemoteMessage>(&self, from: &UniqueAddress, envelope: WireEnvelope) {
         let Some(system) = self.system() else { return };
-        let target = match system.resolve::<M>(&envelope.recipient) {
+        let target = match self.resolve_cached::<M>(&system, &envelope.recipient) {
             Ok(target) => target,
             Err(_) => {
                 self.stats
@@ -407,11 +414,15 @@ impl Remoting {
                     .sender
                     .as_deref()
                     .and_then(crate::path::parse)
+                    .filter(|(_, elements)| !elements.is_empty())
                     .map(|(_, elements)| {
                         elements.iter().map(|e| format!("/{e}")).collect::<String>()
-                    })
-                    .unwrap_or_default();
-                target.tell_from(message, &ActorPath::remote(&from.address, &elements));
+                    });
+                let origin = match elements {
+                    Some(elements) => ActorPath::remote(&from.address, &elements),
+                    None => self.origin_root(&from.address),
+                };
+                target.tell_from(message, &origin);
             }
             Err(error) => {
                 self.stats.malformed_frames.fetch_add(1, Ordering::Relaxed);
@@ -423,6 +434,38 @@ impl Remoting {
                 );
             }
         }
+    }
+
+    fn resolve_cached<M: RemoteMessage>(
+        &self,
+        system: &ActorSystem,
+        path: &str,
+    ) -> Result<ActorRef<M>, crate::system::ResolveError> {
+        let key = (TypeId::of::<M>(), path.to_owned());
+        if let Some(cached) = self.resolved.read().get(&key)
+            && let Some(target) = cached.downcast_ref::<ActorRef<M>>()
+            && !target.is_terminated()
+        {
+            return Ok(target.clone());
+        }
+        let target = system.resolve::<M>(path)?;
+        let mut resolved = self.resolved.write();
+        resolved.retain(|_, cached| {
+            cached
+                .downcast_ref::<ActorRef<M>>()
+                .is_none_or(|r| !r.is_terminated())
+        });
+        resolved.insert(key, Arc::new(target.clone()));
+        Ok(target)
+    }
+
+    fn origin_root(&self, address: &Address) -> ActorPath {
+        if let Some(path) = self.origins.read().get(address) {
+            return path.clone();
+        }
+        let path = ActorPath::remote(address, "");
+        self.origins.write().insert(address.clone(), path.clone());
+        path
     }
 
     /// Send an actor message to `path` on `to`. Gives the message back if it cannot be queued.
@@ -445,16 +488,19 @@ impl Remoting {
             Some(_) => s.to_string(),
             None => s.with_address(&self.local.address).to_string(),
         });
-        let envelope = WireEnvelope {
-            recipient: path.elements().to_owned(),
-            sender,
-            manifest: M::MANIFEST.to_owned(),
-            body: Bytes::from(body),
+        let envelope = WireEnvelopeRef {
+            recipient: path.elements(),
+            sender: sender.as_deref(),
+            manifest: M::MANIFEST,
+            body: RawBytes(&body),
         };
-        let Ok(encoded) = envelope.encode() else {
+        let mut frame =
+            Vec::with_capacity(body.len() + path.elements().len() + M::MANIFEST.len() + 8);
+        frame.push(ACTOR_CHANNEL);
+        let Ok(frame) = envelope.encode_after(frame) else {
             return Err(message);
         };
-        if self.send_frame(to, Self::frame(ACTOR_CHANNEL, &encoded)) {
+        if self.send_frame(to, Bytes::from(frame)) {
             Ok(())
         } else {
             Err(message)
