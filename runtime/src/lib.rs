@@ -38,6 +38,7 @@ mod actor_ref;
 mod ask;
 mod cell;
 pub mod cluster;
+pub mod cluster_router;
 mod context;
 mod dead_letter;
 mod death_watch;

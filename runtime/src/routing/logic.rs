@@ -116,9 +116,9 @@ impl RoutingLogic {
     /// Choose for one message among `ids.len()` routees (ids are the routees' stable names,
     /// used by consistent hashing). `key` is the consistent-hashing key; `depth(i)` is routee
     /// `i`'s known mailbox depth, used by smallest-mailbox.
-    pub fn select(
+    pub fn select<I: AsRef<[u8]>>(
         &mut self,
-        ids: &[&[u8]],
+        ids: &[I],
         key: Option<&[u8]>,
         depth: impl Fn(usize) -> Option<usize>,
     ) -> Selection {
@@ -131,13 +131,14 @@ impl RoutingLogic {
             RoutingStrategy::Random => Selection::One(self.rng.random_range(0..n)),
             RoutingStrategy::ConsistentHashing => {
                 let key = key.unwrap_or_default();
-                Selection::One(rendezvous_pick(key, ids.iter().copied()).unwrap_or(0))
+                Selection::One(rendezvous_pick(key, ids.iter().map(AsRef::as_ref)).unwrap_or(0))
             }
             RoutingStrategy::SmallestMailbox => {
                 let start = self.cursor % n;
                 let mut best: Option<(usize, usize)> = None;
-                for offset in 0..n {
-                    let index = (start + offset) % n;
+                // From the cursor to the end, then from the start to the cursor: the same order
+                // as `(start + offset) % n` without a division per routee.
+                for index in (start..n).chain(0..start) {
                     if let Some(d) = depth(index)
                         && best.is_none_or(|(_, best_depth)| d < best_depth)
                     {
@@ -154,6 +155,20 @@ impl RoutingLogic {
             }
             RoutingStrategy::Broadcast => Selection::All,
         }
+    }
+
+    /// The round-robin cursor: the index the next turn starts from (taken modulo the routee
+    /// count), one past the last routee chosen by round-robin or smallest-mailbox.
+    #[must_use]
+    pub fn cursor(&self) -> usize {
+        self.cursor
+    }
+
+    /// Move the round-robin cursor, for a router whose routee list changed: a cluster router
+    /// resumes after the last routee it chose, by address, so a rebuild does not repeat or
+    /// skip a turn.
+    pub fn set_cursor(&mut self, cursor: usize) {
+        self.cursor = cursor;
     }
 
     fn next_in_turn(&mut self, n: usize) -> usize {
@@ -217,7 +232,10 @@ mod tests {
     fn no_routees_is_reported_not_guessed() {
         for strategy in RoutingStrategy::ALL {
             let mut logic = RoutingLogic::new(strategy, 1);
-            assert_eq!(logic.select(&[], None, |_| None), Selection::NoRoutees);
+            assert_eq!(
+                logic.select::<&[u8]>(&[], None, |_| None),
+                Selection::NoRoutees
+            );
         }
     }
 

@@ -1,0 +1,273 @@
+//! The routee set as pure functions of a cluster view: which nodes host routees, in which
+//! order, what changed between two sets, where round-robin resumes after a rebuild — and the
+//! [`RoutingTable`] the routing decision scans.
+//!
+//! # Order
+//! Routees are ordered by node address (the same order on every node), so a rebuild keeps the
+//! relative order of the routees that stay and round-robin can resume after the routee it chose
+//! last instead of restarting from the first or skipping one.
+
+use std::sync::Arc;
+
+use crate::cluster::ClusterView;
+use crate::path::ActorPath;
+use crate::remote::Address;
+use crate::routing::{RoutingLogic, Selection};
+
+/// The nodes that host routees in `view`: up and reachable members carrying `role` (any member
+/// without a role filter), ordered by address, each address once.
+#[must_use]
+pub fn routee_nodes(view: &ClusterView, role: Option<&str>) -> Vec<Address> {
+    let mut nodes: Vec<Address> = view
+        .up_members()
+        .into_iter()
+        .filter(|member| role.is_none_or(|role| member.has_role(role)))
+        .map(|member| member.node.address)
+        .collect();
+    nodes.sort();
+    // Two incarnations at one address (a restart not yet settled) are one routee path.
+    nodes.dedup();
+    nodes
+}
+
+/// What changed between two address-ordered routee sets.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RouteeSetChange {
+    /// Nodes in the new set only.
+    pub added: Vec<Address>,
+    /// Nodes in the old set only.
+    pub removed: Vec<Address>,
+}
+
+impl RouteeSetChange {
+    /// The difference from `old` to `new` (both address-ordered).
+    #[must_use]
+    pub fn between(old: &[Address], new: &[Address]) -> Self {
+        Self {
+            added: new
+                .iter()
+                .filter(|a| old.binary_search(a).is_err())
+                .cloned()
+                .collect(),
+            removed: old
+                .iter()
+                .filter(|a| new.binary_search(a).is_err())
+                .cloned()
+                .collect(),
+        }
+    }
+
+    /// Whether nothing changed.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty()
+    }
+}
+
+/// The round-robin cursor for `new` after a rebuild: the position of the first node that sorts
+/// after `last_chosen` (wrapping to the first), so the rotation continues where it was.
+#[must_use]
+pub fn resume_cursor(new: &[Address], last_chosen: Option<&Address>) -> usize {
+    match last_chosen {
+        None => 0,
+        Some(last) => {
+            let next = new.partition_point(|a| a <= last);
+            if next == new.len() { 0 } else { next }
+        }
+    }
+}
+
+/// What one routing decision reads: the routee nodes in order, each routee's stable id (its
+/// full path, which consistent hashing scores) and its last usable mailbox depth.
+///
+/// Building a table does the allocation; [`RoutingTable::select`] does none, awaits nothing and
+/// asks nobody — it is a scan over this table.
+#[derive(Debug, Clone)]
+pub struct RoutingTable {
+    nodes: Arc<[Address]>,
+    ids: Arc<[Box<[u8]>]>,
+    depths: Arc<[Option<usize>]>,
+}
+
+impl RoutingTable {
+    /// A table over `nodes` (address-ordered) whose routees live at `routee_path`; no depths yet.
+    #[must_use]
+    pub fn new(nodes: Vec<Address>, routee_path: &str) -> Self {
+        let ids: Vec<Box<[u8]>> = nodes
+            .iter()
+            .map(|node| {
+                ActorPath::remote(node, routee_path)
+                    .to_string()
+                    .into_bytes()
+                    .into_boxed_slice()
+            })
+            .collect();
+        let depths = vec![None; nodes.len()];
+        Self {
+            nodes: nodes.into(),
+            ids: ids.into(),
+            depths: depths.into(),
+        }
+    }
+
+    /// The same routees with these depths (`depths[i]` for `nodes()[i]`; `None` = no usable
+    /// reading).
+    ///
+    /// # Panics
+    /// If `depths` is not as long as the routee list.
+    #[must_use]
+    pub fn with_depths(&self, depths: Vec<Option<usize>>) -> Self {
+        assert_eq!(depths.len(), self.nodes.len(), "one depth per routee");
+        Self {
+            nodes: Arc::clone(&self.nodes),
+            ids: Arc::clone(&self.ids),
+            depths: depths.into(),
+        }
+    }
+
+    /// The routee nodes, address-ordered.
+    #[must_use]
+    pub fn nodes(&self) -> &[Address] {
+        &self.nodes
+    }
+
+    /// The usable depth of each routee.
+    #[must_use]
+    pub fn depths(&self) -> &[Option<usize>] {
+        &self.depths
+    }
+
+    /// How many routees.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether there are no routees.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Where one message goes, by `logic`'s strategy (`key`: the consistent-hashing key).
+    pub fn select(&self, logic: &mut RoutingLogic, key: Option<&[u8]>) -> Selection {
+        let depths = &*self.depths;
+        logic.select(&self.ids, key, |i| depths.get(i).copied().flatten())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::cluster::{Member, MemberStatus};
+    use crate::remote::UniqueAddress;
+    use crate::routing::RoutingStrategy;
+
+    fn address(i: u8) -> Address {
+        Address::new("app", &format!("10.0.0.{i}"), 2552)
+    }
+
+    fn member(i: u8, status: MemberStatus, roles: &[&str]) -> Member {
+        Member {
+            node: UniqueAddress {
+                address: address(i),
+                incarnation: u64::from(i),
+            },
+            status,
+            roles: roles.iter().map(|r| (*r).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn only_up_reachable_members_with_the_role_are_routees_in_address_order() {
+        let view = ClusterView {
+            members: vec![
+                member(1, MemberStatus::Up, &["compute"]),
+                member(2, MemberStatus::Up, &["gateway"]),
+                member(3, MemberStatus::Joining, &["compute"]),
+                member(4, MemberStatus::Up, &["compute"]),
+                member(5, MemberStatus::Leaving, &["compute"]),
+                member(6, MemberStatus::Up, &["compute", "gateway"]),
+            ],
+            unreachable: BTreeSet::from([member(4, MemberStatus::Up, &[]).node]),
+            ..ClusterView::default()
+        };
+        assert_eq!(
+            routee_nodes(&view, Some("compute")),
+            vec![address(1), address(6)]
+        );
+        assert_eq!(
+            routee_nodes(&view, None),
+            vec![address(1), address(2), address(6)]
+        );
+    }
+
+    #[test]
+    fn changes_name_added_and_removed_nodes() {
+        let change = RouteeSetChange::between(
+            &[address(1), address(2), address(3)],
+            &[address(1), address(3), address(4)],
+        );
+        assert_eq!(change.added, vec![address(4)]);
+        assert_eq!(change.removed, vec![address(2)]);
+        assert!(RouteeSetChange::between(&[address(1)], &[address(1)]).is_empty());
+    }
+
+    #[test]
+    fn round_robin_resumes_after_the_last_chosen_node_by_address() {
+        let set = [address(1), address(3), address(5)];
+        assert_eq!(resume_cursor(&set, None), 0);
+        assert_eq!(resume_cursor(&set, Some(&address(1))), 1);
+        // The last chosen node left: continue with the next one by address.
+        assert_eq!(resume_cursor(&set, Some(&address(2))), 1);
+        assert_eq!(resume_cursor(&set, Some(&address(5))), 0);
+        assert_eq!(resume_cursor(&set, Some(&address(9))), 0);
+        assert_eq!(resume_cursor(&[], Some(&address(1))), 0);
+    }
+
+    #[test]
+    fn the_table_scan_skips_routees_without_a_reading() {
+        let table = RoutingTable::new(vec![address(1), address(2), address(3)], "/user/w")
+            .with_depths(vec![None, Some(4), Some(2)]);
+        let mut logic = RoutingLogic::new(RoutingStrategy::SmallestMailbox, 1);
+        assert_eq!(table.select(&mut logic, None), Selection::One(2));
+        assert_eq!(
+            std::str::from_utf8(&table.ids[0]).unwrap(),
+            "troupe://app@10.0.0.1:2552/user/w"
+        );
+    }
+
+    proptest! {
+        /// Across any sequence of rebuilds, round-robin never picks out of range and, while the
+        /// set only grows, visits every node once per lap without repeating one back to back.
+        #[test]
+        fn round_robin_stays_sane_across_rebuilds(
+            sets in proptest::collection::vec(proptest::collection::btree_set(1u8..12, 1..8), 1..12),
+            picks_per_set in 1usize..10,
+        ) {
+            let mut logic = RoutingLogic::new(RoutingStrategy::RoundRobin, 7);
+            let mut last: Option<Address> = None;
+            for set in sets {
+                let mut nodes: Vec<Address> = set.iter().map(|&i| address(i)).collect();
+                nodes.sort();
+                logic.set_cursor(resume_cursor(&nodes, last.as_ref()));
+                let table = RoutingTable::new(nodes.clone(), "/user/w");
+                for _ in 0..picks_per_set {
+                    let Selection::One(i) = table.select(&mut logic, None) else {
+                        panic!("a non-empty set always has a pick")
+                    };
+                    prop_assert!(i < nodes.len());
+                    let chosen = nodes[i].clone();
+                    if nodes.len() > 1 && let Some(previous) = &last {
+                        prop_assert_ne!(&chosen, previous, "no node twice in a row");
+                    }
+                    last = Some(chosen);
+                }
+            }
+        }
+    }
+}
