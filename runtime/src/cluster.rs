@@ -124,6 +124,7 @@ struct Inner {
     control: Arc<dyn MembershipControl>,
     transport: Arc<dyn Transport>,
     remoting: Arc<Remoting>,
+    singletons: crate::singleton::Registry,
 }
 
 impl fmt::Debug for Cluster {
@@ -182,6 +183,7 @@ impl Cluster {
                 control,
                 transport: Arc::clone(remoting.transport()),
                 remoting,
+                singletons: crate::singleton::Registry::default(),
             }),
         })
     }
@@ -214,6 +216,16 @@ impl Cluster {
     #[must_use]
     pub fn transport(&self) -> &Arc<dyn Transport> {
         &self.inner.transport
+    }
+
+    /// Cluster singletons on this node: start, proxy, stop (see [`crate::singleton`]).
+    #[must_use]
+    pub fn singleton(&self) -> crate::singleton::ClusterSingleton {
+        crate::singleton::ClusterSingleton::new(self)
+    }
+
+    pub(crate) fn singleton_registry(&self) -> &crate::singleton::Registry {
+        &self.inner.singletons
     }
 
     /// The current view.

@@ -48,6 +48,7 @@ mod path;
 mod props;
 pub mod remote;
 pub mod routing;
+pub mod singleton;
 mod supervision;
 mod system;
 mod task;

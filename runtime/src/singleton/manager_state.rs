@@ -1,0 +1,1259 @@
+//! The singleton manager's lifecycle as a pure state machine: `step(state, event, now)` returns
+//! the next state and the actions the actor shell performs (send, spawn, stop, acquire, release,
+//! publish). No actors, sockets or clocks: every rule below is unit- and property-tested here.
+//!
+//! # Hosting
+//! A manager hosts when its view elects this node, it is not latched out, not being stopped and
+//! has not yielded to a peer. Before spawning it completes a hand-over round (every peer that
+//! could be hosting acknowledged, left, or the timeout passed), then — with a lease — acquires
+//! the lease, and only then spawns. Everything asynchronous (acquire, release, termination)
+//! comes back as an event, so a membership change can never interleave with an operation in
+//! flight: at most one acquire or release runs, an acquire starts only when no instance exists
+//! or is stopping, and a release happens only after the instance has terminated.
+//!
+//! # Stepping down
+//! A manager that should not host stops its instance with a poison pill (the mailbox drains,
+//! `post_stop` runs), waits for it to terminate, then releases the lease. It acknowledges a
+//! hand-over request only in that settled state: no instance, none stopping, no lease held.
+//!
+//! # Who may ask
+//! A request counts only with a transport-verified origin. A manager that believes it is the
+//! host yields only to a peer that sorts before it and might still become up in this view
+//! (joining or weakly up here: its up status has not arrived yet); it then stays out until that
+//! peer is up here (and elected) or gone. A manager that does not believe it is the host has
+//! nothing to defend and acknowledges anyone once settled.
+//!
+//! # Unexpected death
+//! An instance that terminates without being asked is spawned again after [`RESPAWN_BACKOFF`]
+//! (its supervisor may just have exhausted its restart budget). With
+//! `restart_on_termination(false)` the manager instead latches out of hosting for good: it
+//! releases the lease and dead-letters messages at once until it is stopped and started again.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::election::{elect_host, hand_over_peers, is_trigger, may_become_host};
+use super::event::{SingletonEvent, StopReason};
+use super::hand_over::{HandOver, HandOverTick};
+use super::lease::FencingToken;
+use crate::cluster::{ClusterEvent, Member};
+use crate::remote::Address;
+
+/// How long a manager waits before spawning an instance that died unexpectedly again.
+pub const RESPAWN_BACKOFF: Duration = Duration::from_secs(1);
+
+/// How long a manager waits before retrying a spawn whose name was still taken.
+pub const SPAWN_RETRY: Duration = Duration::from_millis(20);
+
+/// What the manager was started with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManagerConfig {
+    /// The singleton's name.
+    pub type_name: Arc<str>,
+    /// This node.
+    pub me: Address,
+    /// Only members carrying this role host.
+    pub role: Option<String>,
+    /// Whether hosting is gated by a lease.
+    pub uses_lease: bool,
+    /// Spawn again after an unexpected death (else latch out).
+    pub restart_on_termination: bool,
+    /// How long a hand-over waits for silent peers.
+    pub hand_over_timeout: Duration,
+    /// How long to wait after a failed acquire.
+    pub acquire_retry_interval: Duration,
+}
+
+/// What happens to the manager.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// The cluster view: `event` is `None` for the view at subscription time.
+    Cluster {
+        /// The change, or `None` for the initial state.
+        event: Option<ClusterEvent>,
+        /// The members of the view after it.
+        members: Vec<Member>,
+    },
+    /// A peer asks this node to step down. `from` is the transport-verified origin.
+    HandOverRequest {
+        /// Who asks (`None`: not from the network — ignored).
+        from: Option<Address>,
+        /// The round.
+        nonce: u64,
+    },
+    /// A peer acknowledged this node's request.
+    HandOverAcknowledgment {
+        /// Who answers (`None`: not from the network — ignored).
+        from: Option<Address>,
+        /// The round.
+        nonce: u64,
+    },
+    /// The spawn was refused (the name is still taken by the terminating instance).
+    SpawnFailed,
+    /// The instance terminated.
+    InstanceTerminated,
+    /// The acquire resolved: this node holds the lease.
+    LeaseAcquired(FencingToken),
+    /// The acquire resolved: another owner holds the lease.
+    LeaseDenied,
+    /// The acquire failed.
+    LeaseFailed,
+    /// The grant with this token was lost.
+    LeaseLost(FencingToken),
+    /// The release resolved (successfully or not: an unreleased grant expires).
+    LeaseReleased,
+    /// A timer fired.
+    Tick,
+    /// `stop(..)` was called: step down for good.
+    Deactivate,
+}
+
+/// What the shell should do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Send `HandOverRequest { nonce }` to each of `to`.
+    SendHandOverRequest {
+        /// The peers.
+        to: Vec<Address>,
+        /// The round.
+        nonce: u64,
+    },
+    /// Send `HandOverAcknowledgment { nonce }` to `to`.
+    SendHandOverAcknowledgment {
+        /// The requester.
+        to: Address,
+        /// Its round.
+        nonce: u64,
+    },
+    /// Spawn the instance, watch it, and flush held messages into it in order.
+    SpawnInstance,
+    /// Send the instance a poison pill.
+    StopInstance,
+    /// Start acquiring the lease; the result comes back as an event.
+    AcquireLease,
+    /// Start releasing the lease; [`Event::LeaseReleased`] follows.
+    ReleaseLease,
+    /// Send every held message to dead letters (no prospect of hosting).
+    DeadLetterHeld,
+    /// Deactivation finished: no instance, no lease.
+    Deactivated,
+    /// Publish this on the event stream (and log it).
+    Publish(SingletonEvent),
+}
+
+/// Where a message for the singleton goes right now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Routing {
+    /// Into the running instance.
+    Deliver,
+    /// Into the hold buffer.
+    Hold,
+    /// To dead letters at once (latched out or being stopped).
+    DeadLetter,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Instance {
+    Absent,
+    Running,
+    Stopping(StopReason),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum HandOverPhase {
+    NotStarted,
+    Open(HandOver),
+    Done,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LeasePhase {
+    Idle,
+    Acquiring,
+    Held(FencingToken),
+    Releasing,
+}
+
+/// One manager's state.
+#[derive(Debug, Clone)]
+pub struct ManagerState {
+    config: ManagerConfig,
+    members: Vec<Member>,
+    host: Option<Address>,
+    elected_once: bool,
+    instance: Instance,
+    hand_over: HandOverPhase,
+    lease: LeasePhase,
+    lease_retry_at: Option<Instant>,
+    respawn_at: Option<Instant>,
+    spawn_retry_at: Option<Instant>,
+    respawning: bool,
+    latched_out: bool,
+    yielded_to: BTreeSet<Address>,
+    waiting_acks: BTreeMap<Address, u64>,
+    deactivating: bool,
+    deactivated: bool,
+    next_nonce: u64,
+}
+
+impl ManagerState {
+    /// A manager that knows no members yet; `nonce_seed` makes its hand-over rounds distinct
+    /// from those of earlier incarnations.
+    #[must_use]
+    pub fn new(config: ManagerConfig, nonce_seed: u64) -> Self {
+        Self {
+            config,
+            members: Vec::new(),
+            host: None,
+            elected_once: false,
+            instance: Instance::Absent,
+            hand_over: HandOverPhase::NotStarted,
+            lease: LeasePhase::Idle,
+            lease_retry_at: None,
+            respawn_at: None,
+            spawn_retry_at: None,
+            respawning: false,
+            latched_out: false,
+            yielded_to: BTreeSet::new(),
+            waiting_acks: BTreeMap::new(),
+            deactivating: false,
+            deactivated: false,
+            next_nonce: nonce_seed,
+        }
+    }
+
+    /// The configuration.
+    #[must_use]
+    pub fn config(&self) -> &ManagerConfig {
+        &self.config
+    }
+
+    /// The host this node's view elects.
+    #[must_use]
+    pub fn host(&self) -> Option<&Address> {
+        self.host.as_ref()
+    }
+
+    /// Whether an instance runs (and is not being stopped).
+    #[must_use]
+    pub fn is_hosting(&self) -> bool {
+        self.instance == Instance::Running
+    }
+
+    /// Whether the manager has opted out of hosting after its instance ended.
+    #[must_use]
+    pub fn is_latched_out(&self) -> bool {
+        self.latched_out
+    }
+
+    /// Whether this manager holds the lease.
+    #[must_use]
+    pub fn holds_lease(&self) -> bool {
+        matches!(self.lease, LeasePhase::Held(_))
+    }
+
+    /// Where a message for the singleton goes now.
+    #[must_use]
+    pub fn routing(&self) -> Routing {
+        if self.latched_out || self.deactivating {
+            Routing::DeadLetter
+        } else if self.instance == Instance::Running {
+            Routing::Deliver
+        } else {
+            Routing::Hold
+        }
+    }
+
+    /// The next instant at which a [`Event::Tick`] has something to do.
+    #[must_use]
+    pub fn next_deadline(&self) -> Option<Instant> {
+        let hand_over = match &self.hand_over {
+            HandOverPhase::Open(round) => round.next_deadline(),
+            _ => None,
+        };
+        let lease_retry = self
+            .lease_retry_at
+            .filter(|_| self.lease == LeasePhase::Idle && self.wants_to_host());
+        [hand_over, self.respawn_at, self.spawn_retry_at, lease_retry]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Advance by one event.
+    #[must_use]
+    pub fn step(mut self, event: Event, now: Instant) -> (Self, Vec<Action>) {
+        let mut actions = Vec::new();
+        self.handle(event, now, &mut actions);
+        (self, actions)
+    }
+
+    fn believes_host(&self) -> bool {
+        self.host.as_ref() == Some(&self.config.me) && !self.latched_out && !self.deactivating
+    }
+
+    fn wants_to_host(&self) -> bool {
+        self.believes_host() && self.yielded_to.is_empty()
+    }
+
+    fn role(&self) -> Option<&str> {
+        self.config.role.as_deref()
+    }
+
+    fn publish(&self, actions: &mut Vec<Action>, event: SingletonEvent) {
+        actions.push(Action::Publish(event));
+    }
+
+    fn names(&self) -> (Arc<str>, Address) {
+        (Arc::clone(&self.config.type_name), self.config.me.clone())
+    }
+
+    fn handle(&mut self, event: Event, now: Instant, actions: &mut Vec<Action>) {
+        match event {
+            Event::Cluster { event, members } => {
+                if event.as_ref().is_some_and(|e| !is_trigger(e)) {
+                    return;
+                }
+                self.on_members(members, now, actions);
+            }
+            Event::HandOverRequest { from, nonce } => {
+                let Some(from) = from else { return };
+                if from == self.config.me {
+                    return;
+                }
+                self.on_request(from, nonce);
+            }
+            Event::HandOverAcknowledgment { from, nonce } => {
+                let Some(from) = from else { return };
+                if let HandOverPhase::Open(round) = &mut self.hand_over
+                    && round.acknowledge(&from, nonce)
+                    && round.is_complete()
+                {
+                    self.complete_hand_over(now, actions);
+                }
+            }
+            Event::SpawnFailed => {
+                self.instance = Instance::Absent;
+                self.spawn_retry_at = Some(now + SPAWN_RETRY);
+            }
+            Event::InstanceTerminated => self.on_terminated(now, actions),
+            Event::LeaseAcquired(token) => {
+                if self.lease == LeasePhase::Acquiring {
+                    self.lease = LeasePhase::Held(token);
+                    let (type_name, node) = self.names();
+                    self.publish(
+                        actions,
+                        SingletonEvent::LeaseAcquired {
+                            type_name,
+                            node,
+                            token,
+                        },
+                    );
+                }
+            }
+            Event::LeaseDenied | Event::LeaseFailed => {
+                if self.lease == LeasePhase::Acquiring {
+                    self.lease = LeasePhase::Idle;
+                    self.lease_retry_at = Some(now + self.config.acquire_retry_interval);
+                }
+            }
+            Event::LeaseLost(token) => {
+                if self.lease == LeasePhase::Held(token) {
+                    self.lease = LeasePhase::Idle;
+                    let (type_name, node) = self.names();
+                    self.publish(
+                        actions,
+                        SingletonEvent::LeaseLost {
+                            type_name,
+                            node,
+                            token,
+                        },
+                    );
+                }
+            }
+            Event::LeaseReleased => {
+                if self.lease == LeasePhase::Releasing {
+                    self.lease = LeasePhase::Idle;
+                    let (type_name, node) = self.names();
+                    self.publish(actions, SingletonEvent::LeaseReleased { type_name, node });
+                }
+            }
+            Event::Tick => self.on_tick(now, actions),
+            Event::Deactivate => self.deactivating = true,
+        }
+        self.advance(now, actions);
+    }
+
+    fn on_members(&mut self, members: Vec<Member>, now: Instant, actions: &mut Vec<Action>) {
+        self.members = members;
+        let host = elect_host(&self.members, self.role()).map(|m| m.address().clone());
+        if host != self.host || !self.elected_once {
+            self.elected_once = true;
+            self.host = host.clone();
+            let (type_name, node) = self.names();
+            self.publish(
+                actions,
+                SingletonEvent::HostElected {
+                    type_name,
+                    node,
+                    host,
+                },
+            );
+        }
+        // A yield lasts while the peer might still come up here; once it is up, the election
+        // speaks for it, and once it is leaving or gone it cannot host.
+        let role = self.config.role.clone();
+        let members = &self.members;
+        self.yielded_to.retain(|peer| {
+            members
+                .iter()
+                .any(|m| m.address() == peer && may_become_host(m, role.as_deref()))
+        });
+        if let HandOverPhase::Open(round) = &mut self.hand_over {
+            let peers = hand_over_peers(&self.members, role.as_deref(), &self.config.me);
+            let new = round.update_peers(&peers);
+            if !new.is_empty() {
+                actions.push(Action::SendHandOverRequest {
+                    to: new,
+                    nonce: round.nonce,
+                });
+            }
+            if round.is_complete() {
+                self.complete_hand_over(now, actions);
+            }
+        }
+    }
+
+    fn on_request(&mut self, from: Address, nonce: u64) {
+        if self.believes_host() {
+            let may_come_up = self
+                .members
+                .iter()
+                .any(|m| m.address() == &from && may_become_host(m, self.role()));
+            if from >= self.config.me || !may_come_up {
+                // The rightful host sorts first; a request from after us (or from a peer that
+                // cannot be up) is not one this node yields to.
+                return;
+            }
+            self.yielded_to.insert(from.clone());
+        }
+        self.waiting_acks.insert(from, nonce);
+    }
+
+    fn on_terminated(&mut self, now: Instant, actions: &mut Vec<Action>) {
+        let (type_name, node) = self.names();
+        match self.instance {
+            Instance::Absent => {}
+            Instance::Stopping(reason) => {
+                self.instance = Instance::Absent;
+                self.publish(
+                    actions,
+                    SingletonEvent::InstanceStopped {
+                        type_name,
+                        node,
+                        reason,
+                    },
+                );
+            }
+            Instance::Running => {
+                self.instance = Instance::Absent;
+                self.publish(
+                    actions,
+                    SingletonEvent::InstanceStopped {
+                        type_name,
+                        node,
+                        reason: StopReason::Unexpected,
+                    },
+                );
+                if self.config.restart_on_termination {
+                    self.respawn_at = Some(now + RESPAWN_BACKOFF);
+                    self.respawning = true;
+                } else {
+                    self.latched_out = true;
+                    actions.push(Action::DeadLetterHeld);
+                }
+            }
+        }
+    }
+
+    fn on_tick(&mut self, now: Instant, actions: &mut Vec<Action>) {
+        if self.respawn_at.is_some_and(|at| now >= at) {
+            self.respawn_at = None;
+        }
+        if self.spawn_retry_at.is_some_and(|at| now >= at) {
+            self.spawn_retry_at = None;
+        }
+        if let HandOverPhase::Open(round) = &mut self.hand_over {
+            match round.tick(now) {
+                HandOverTick::Wait => {}
+                HandOverTick::Resend(to) => actions.push(Action::SendHandOverRequest {
+                    to,
+                    nonce: round.nonce,
+                }),
+                HandOverTick::TimedOut(silent_peers) => {
+                    self.hand_over = HandOverPhase::Done;
+                    let (type_name, node) = self.names();
+                    self.publish(
+                        actions,
+                        SingletonEvent::HandOverTimedOut {
+                            type_name,
+                            node,
+                            silent_peers,
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    fn complete_hand_over(&mut self, now: Instant, actions: &mut Vec<Action>) {
+        if let HandOverPhase::Open(round) = &self.hand_over {
+            let waited = now.saturating_duration_since(round.started);
+            self.hand_over = HandOverPhase::Done;
+            let (type_name, node) = self.names();
+            self.publish(
+                actions,
+                SingletonEvent::HandOverCompleted {
+                    type_name,
+                    node,
+                    waited,
+                },
+            );
+        }
+    }
+
+    /// Move towards what the current facts call for.
+    fn advance(&mut self, now: Instant, actions: &mut Vec<Action>) {
+        if self.wants_to_host() {
+            self.move_towards_hosting(now, actions);
+        } else {
+            self.move_towards_not_hosting(actions);
+        }
+        self.send_due_acks(actions);
+        if self.deactivating
+            && !self.deactivated
+            && self.instance == Instance::Absent
+            && self.lease == LeasePhase::Idle
+        {
+            self.deactivated = true;
+            actions.push(Action::DeadLetterHeld);
+            actions.push(Action::Deactivated);
+        }
+    }
+
+    fn move_towards_not_hosting(&mut self, actions: &mut Vec<Action>) {
+        self.hand_over = HandOverPhase::NotStarted;
+        self.respawn_at = None;
+        self.respawning = false;
+        self.spawn_retry_at = None;
+        self.lease_retry_at = None;
+        match self.instance {
+            Instance::Running => {
+                let reason = if self.deactivating {
+                    StopReason::ManagerStopped
+                } else if self.believes_host() {
+                    StopReason::HandedOver
+                } else {
+                    StopReason::HostMoved
+                };
+                self.instance = Instance::Stopping(reason);
+                actions.push(Action::StopInstance);
+            }
+            Instance::Stopping(_) => {}
+            Instance::Absent => {
+                if let LeasePhase::Held(_) = self.lease {
+                    self.lease = LeasePhase::Releasing;
+                    actions.push(Action::ReleaseLease);
+                }
+            }
+        }
+    }
+
+    fn move_towards_hosting(&mut self, now: Instant, actions: &mut Vec<Action>) {
+        match self.instance {
+            Instance::Running => {
+                if self.config.uses_lease && !matches!(self.lease, LeasePhase::Held(_)) {
+                    // Lost the lease: stop first, re-acquire only once the instance is gone.
+                    self.instance = Instance::Stopping(StopReason::LeaseLost);
+                    actions.push(Action::StopInstance);
+                }
+            }
+            Instance::Stopping(_) => {}
+            Instance::Absent => {
+                if self.respawn_at.is_some() || self.spawn_retry_at.is_some() {
+                    return;
+                }
+                if self.hand_over == HandOverPhase::NotStarted {
+                    self.open_hand_over(now, actions);
+                }
+                if self.hand_over != HandOverPhase::Done {
+                    return;
+                }
+                if self.config.uses_lease {
+                    match self.lease {
+                        LeasePhase::Held(_) => self.spawn(actions),
+                        LeasePhase::Acquiring | LeasePhase::Releasing => {}
+                        LeasePhase::Idle => {
+                            if self.lease_retry_at.is_none_or(|at| now >= at) {
+                                self.lease_retry_at = None;
+                                self.lease = LeasePhase::Acquiring;
+                                actions.push(Action::AcquireLease);
+                            }
+                        }
+                    }
+                } else {
+                    self.spawn(actions);
+                }
+            }
+        }
+    }
+
+    fn open_hand_over(&mut self, now: Instant, actions: &mut Vec<Action>) {
+        let peers = hand_over_peers(&self.members, self.role(), &self.config.me);
+        let nonce = self.next_nonce;
+        self.next_nonce = self.next_nonce.wrapping_add(1);
+        let round = HandOver::start(nonce, peers.clone(), now, self.config.hand_over_timeout);
+        let (type_name, node) = self.names();
+        self.publish(
+            actions,
+            SingletonEvent::HandOverStarted {
+                type_name,
+                node,
+                peers: peers.iter().cloned().collect(),
+            },
+        );
+        if !peers.is_empty() {
+            actions.push(Action::SendHandOverRequest {
+                to: peers.into_iter().collect(),
+                nonce,
+            });
+        }
+        self.hand_over = HandOverPhase::Open(round);
+        if let HandOverPhase::Open(round) = &self.hand_over
+            && round.is_complete()
+        {
+            self.complete_hand_over(now, actions);
+        }
+    }
+
+    fn spawn(&mut self, actions: &mut Vec<Action>) {
+        self.instance = Instance::Running;
+        actions.push(Action::SpawnInstance);
+        let (type_name, node) = self.names();
+        let event = if std::mem::take(&mut self.respawning) {
+            SingletonEvent::InstanceRestarted { type_name, node }
+        } else {
+            SingletonEvent::InstanceStarted { type_name, node }
+        };
+        self.publish(actions, event);
+    }
+
+    fn send_due_acks(&mut self, actions: &mut Vec<Action>) {
+        let settled = self.instance == Instance::Absent && self.lease == LeasePhase::Idle;
+        if !settled || self.waiting_acks.is_empty() {
+            return;
+        }
+        for (peer, nonce) in std::mem::take(&mut self.waiting_acks) {
+            // Re-check: the view may have changed since the request arrived.
+            if !self.believes_host() || self.yielded_to.contains(&peer) {
+                actions.push(Action::SendHandOverAcknowledgment { to: peer, nonce });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::cluster::MemberStatus;
+    use crate::singleton::election::tests::{address, member};
+
+    fn config(me: u8, uses_lease: bool) -> ManagerConfig {
+        ManagerConfig {
+            type_name: Arc::from("scheduler"),
+            me: address(me),
+            role: None,
+            uses_lease,
+            restart_on_termination: true,
+            hand_over_timeout: Duration::from_secs(10),
+            acquire_retry_interval: Duration::from_secs(5),
+        }
+    }
+
+    fn up(ids: &[u8]) -> Vec<Member> {
+        ids.iter().map(|&i| member(i, MemberStatus::Up, &[])).collect()
+    }
+
+    fn initial(members: Vec<Member>) -> Event {
+        Event::Cluster {
+            event: None,
+            members,
+        }
+    }
+
+    /// The non-publish actions.
+    fn effects(actions: &[Action]) -> Vec<Action> {
+        actions
+            .iter()
+            .filter(|a| !matches!(a, Action::Publish(_)))
+            .cloned()
+            .collect()
+    }
+
+    fn published(actions: &[Action]) -> Vec<&'static str> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Publish(e) => Some(e.kind()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_only_member_hosts_at_once() {
+        let now = Instant::now();
+        let (state, actions) = ManagerState::new(config(1, false), 0).step(initial(up(&[1])), now);
+        assert_eq!(effects(&actions), vec![Action::SpawnInstance]);
+        assert_eq!(
+            published(&actions),
+            vec!["HostElected", "HandOverStarted", "HandOverCompleted", "InstanceStarted"]
+        );
+        assert_eq!(state.routing(), Routing::Deliver);
+    }
+
+    #[test]
+    fn a_new_host_asks_every_peer_and_spawns_only_after_all_acknowledged() {
+        let now = Instant::now();
+        let (state, actions) =
+            ManagerState::new(config(1, false), 10).step(initial(up(&[1, 2, 3])), now);
+        assert_eq!(
+            effects(&actions),
+            vec![Action::SendHandOverRequest {
+                to: vec![address(2), address(3)],
+                nonce: 10
+            }]
+        );
+        assert_eq!(state.routing(), Routing::Hold);
+        let (state, actions) = state.step(
+            Event::HandOverAcknowledgment {
+                from: Some(address(2)),
+                nonce: 10,
+            },
+            now,
+        );
+        assert!(effects(&actions).is_empty());
+        let (state, actions) = state.step(
+            Event::HandOverAcknowledgment {
+                from: None,
+                nonce: 10,
+            },
+            now,
+        );
+        assert!(effects(&actions).is_empty(), "an ack without origin is ignored");
+        let (_, actions) = state.step(
+            Event::HandOverAcknowledgment {
+                from: Some(address(3)),
+                nonce: 10,
+            },
+            now,
+        );
+        assert_eq!(effects(&actions), vec![Action::SpawnInstance]);
+    }
+
+    #[test]
+    fn a_silent_peer_is_asked_every_500ms_and_the_timeout_hosts_anyway_naming_it() {
+        let start = Instant::now();
+        let (mut state, _) =
+            ManagerState::new(config(1, false), 0).step(initial(up(&[1, 2])), start);
+        let mut resends = 0;
+        let mut now = start;
+        loop {
+            now = state.next_deadline().expect("a timer is pending");
+            let (next, actions) = state.step(Event::Tick, now);
+            state = next;
+            if actions.contains(&Action::SpawnInstance) {
+                assert!(actions.iter().any(|a| matches!(
+                    a,
+                    Action::Publish(SingletonEvent::HandOverTimedOut { silent_peers, .. })
+                        if silent_peers == &vec![address(2)]
+                )));
+                break;
+            }
+            resends += 1;
+        }
+        assert_eq!(now - start, Duration::from_secs(10));
+        assert_eq!(resends, 19, "every 500 ms until the 10 s timeout");
+    }
+
+    #[test]
+    fn a_peer_that_leaves_the_set_is_no_longer_waited_for() {
+        let now = Instant::now();
+        let (state, _) = ManagerState::new(config(1, false), 0).step(initial(up(&[1, 2])), now);
+        let mut members = up(&[1]);
+        members.push(member(2, MemberStatus::Down, &[]));
+        let (_, actions) = state.step(
+            Event::Cluster {
+                event: Some(ClusterEvent::MemberDown(members[1].clone())),
+                members,
+            },
+            now,
+        );
+        assert_eq!(effects(&actions), vec![Action::SpawnInstance]);
+    }
+
+    #[test]
+    fn reachability_and_joining_events_do_not_reconcile() {
+        let now = Instant::now();
+        let (state, _) = ManagerState::new(config(2, false), 0).step(initial(up(&[1, 2])), now);
+        // Node 1 is gone from the list handed in, but the events are not triggers.
+        for event in [
+            ClusterEvent::MemberUnreachable(member(1, MemberStatus::Up, &[])),
+            ClusterEvent::MemberReachable(member(1, MemberStatus::Up, &[])),
+            ClusterEvent::MemberJoined(member(3, MemberStatus::Joining, &[])),
+            ClusterEvent::MemberWeaklyUp(member(3, MemberStatus::WeaklyUp, &[])),
+        ] {
+            let (next, actions) = state.clone().step(
+                Event::Cluster {
+                    event: Some(event),
+                    members: up(&[2]),
+                },
+                now,
+            );
+            assert!(actions.is_empty());
+            assert_eq!(next.host(), Some(&address(1)));
+        }
+        // A trigger with the same list does move the host.
+        let (next, _) = state.step(
+            Event::Cluster {
+                event: Some(ClusterEvent::LeaderChanged(Some(address(2)))),
+                members: up(&[2]),
+            },
+            now,
+        );
+        assert_eq!(next.host(), Some(&address(2)));
+    }
+
+    fn hosting(me: u8, members: &[u8], uses_lease: bool) -> ManagerState {
+        let now = Instant::now();
+        let mut state = ManagerState::new(config(me, uses_lease), 0);
+        let (s, _) = state.step(initial(up(members)), now);
+        state = s;
+        for &peer in members {
+            let (s, _) = state.step(
+                Event::HandOverAcknowledgment {
+                    from: Some(address(peer)),
+                    nonce: 0,
+                },
+                now,
+            );
+            state = s;
+        }
+        if uses_lease {
+            let (s, _) = state.step(Event::LeaseAcquired(FencingToken(1)), now);
+            state = s;
+        }
+        assert!(state.is_hosting());
+        state
+    }
+
+    #[test]
+    fn an_incumbent_acknowledges_only_after_its_instance_terminated() {
+        let now = Instant::now();
+        let state = hosting(2, &[2, 3], false);
+        // Node 1 comes up below: host moves.
+        let (state, actions) = state.step(
+            Event::Cluster {
+                event: Some(ClusterEvent::MemberUp(member(1, MemberStatus::Up, &[]))),
+                members: up(&[1, 2, 3]),
+            },
+            now,
+        );
+        assert_eq!(effects(&actions), vec![Action::StopInstance]);
+        let (state, actions) = state.step(
+            Event::HandOverRequest {
+                from: Some(address(1)),
+                nonce: 5,
+            },
+            now,
+        );
+        assert!(effects(&actions).is_empty(), "post_stop has not finished");
+        let (_, actions) = state.step(Event::InstanceTerminated, now);
+        assert_eq!(
+            effects(&actions),
+            vec![Action::SendHandOverAcknowledgment {
+                to: address(1),
+                nonce: 5
+            }]
+        );
+    }
+
+    #[test]
+    fn a_host_refuses_a_request_from_a_peer_sorting_after_it_and_yields_to_one_before() {
+        let now = Instant::now();
+        let state = hosting(2, &[2, 3], false);
+        let (state, actions) = state.step(
+            Event::HandOverRequest {
+                from: Some(address(3)),
+                nonce: 1,
+            },
+            now,
+        );
+        assert!(actions.is_empty());
+        assert!(state.is_hosting());
+        // Node 1 is joining in this view (its up status has not arrived): it may be the host.
+        let mut members = up(&[2, 3]);
+        members.insert(0, member(1, MemberStatus::Joining, &[]));
+        let (state, _) = state.step(
+            Event::Cluster {
+                event: Some(ClusterEvent::MemberUp(members[2].clone())),
+                members,
+            },
+            now,
+        );
+        let (state, actions) = state.step(
+            Event::HandOverRequest {
+                from: Some(address(1)),
+                nonce: 2,
+            },
+            now,
+        );
+        assert_eq!(effects(&actions), vec![Action::StopInstance]);
+        let (state, actions) = state.step(Event::InstanceTerminated, now);
+        assert_eq!(
+            effects(&actions),
+            vec![Action::SendHandOverAcknowledgment {
+                to: address(1),
+                nonce: 2
+            }]
+        );
+        // Still elected here, but yielded: it does not host again on the next trigger.
+        let mut members = up(&[2, 3]);
+        members.insert(0, member(1, MemberStatus::Joining, &[]));
+        let (state, actions) = state.step(
+            Event::Cluster {
+                event: Some(ClusterEvent::LeaderChanged(Some(address(2)))),
+                members,
+            },
+            now,
+        );
+        assert!(effects(&actions).is_empty());
+        assert!(!state.is_hosting());
+    }
+
+    #[test]
+    fn a_non_host_acknowledges_anyone_at_once() {
+        let now = Instant::now();
+        let (state, _) = ManagerState::new(config(3, false), 0).step(initial(up(&[1, 3])), now);
+        let (_, actions) = state.step(
+            Event::HandOverRequest {
+                from: Some(address(9)),
+                nonce: 4,
+            },
+            now,
+        );
+        assert_eq!(
+            effects(&actions),
+            vec![Action::SendHandOverAcknowledgment {
+                to: address(9),
+                nonce: 4
+            }]
+        );
+    }
+
+    #[test]
+    fn with_a_lease_it_acquires_before_spawning_and_retries_every_interval() {
+        let start = Instant::now();
+        let (state, actions) =
+            ManagerState::new(config(1, true), 0).step(initial(up(&[1])), start);
+        assert_eq!(effects(&actions), vec![Action::AcquireLease]);
+        let (state, actions) = state.step(Event::LeaseDenied, start);
+        assert!(effects(&actions).is_empty());
+        assert_eq!(state.next_deadline(), Some(start + Duration::from_secs(5)));
+        let (state, actions) = state.step(Event::Tick, start + Duration::from_secs(5));
+        assert_eq!(effects(&actions), vec![Action::AcquireLease]);
+        let (_, actions) = state.step(
+            Event::LeaseAcquired(FencingToken(3)),
+            start + Duration::from_secs(5),
+        );
+        assert_eq!(effects(&actions), vec![Action::SpawnInstance]);
+    }
+
+    #[test]
+    fn a_lost_lease_stops_the_instance_and_reacquires_only_after_it_terminated() {
+        let now = Instant::now();
+        let state = hosting(1, &[1], true);
+        let (state, actions) = state.step(Event::LeaseLost(FencingToken(1)), now);
+        assert_eq!(effects(&actions), vec![Action::StopInstance]);
+        assert_eq!(state.routing(), Routing::Hold);
+        let (state, actions) = state.step(Event::Tick, now);
+        assert!(effects(&actions).is_empty(), "no acquire while stopping");
+        let (_, actions) = state.step(Event::InstanceTerminated, now);
+        assert_eq!(effects(&actions), vec![Action::AcquireLease]);
+    }
+
+    #[test]
+    fn moving_away_with_a_lease_releases_only_after_termination() {
+        let now = Instant::now();
+        let state = hosting(2, &[2], true);
+        let (state, actions) = state.step(
+            Event::Cluster {
+                event: Some(ClusterEvent::MemberUp(member(1, MemberStatus::Up, &[]))),
+                members: up(&[1, 2]),
+            },
+            now,
+        );
+        assert_eq!(effects(&actions), vec![Action::StopInstance]);
+        let (state, actions) = state.step(
+            Event::HandOverRequest {
+                from: Some(address(1)),
+                nonce: 0,
+            },
+            now,
+        );
+        assert!(effects(&actions).is_empty());
+        let (state, actions) = state.step(Event::InstanceTerminated, now);
+        assert_eq!(effects(&actions), vec![Action::ReleaseLease]);
+        let (_, actions) = state.step(Event::LeaseReleased, now);
+        assert_eq!(
+            effects(&actions),
+            vec![Action::SendHandOverAcknowledgment {
+                to: address(1),
+                nonce: 0
+            }],
+            "the ack waits for the release, so the new host's acquire succeeds"
+        );
+    }
+
+    #[test]
+    fn membership_changes_during_an_acquire_wait_for_its_result() {
+        let now = Instant::now();
+        let (state, actions) =
+            ManagerState::new(config(2, true), 0).step(initial(up(&[2])), now);
+        assert_eq!(effects(&actions), vec![Action::AcquireLease]);
+        // Host moves away and back while the acquire is in flight: no second acquire.
+        let (state, actions) = state.step(
+            Event::Cluster {
+                event: Some(ClusterEvent::MemberUp(member(1, MemberStatus::Up, &[]))),
+                members: up(&[1, 2]),
+            },
+            now,
+        );
+        assert!(effects(&actions).is_empty());
+        let (state, actions) = state.step(
+            Event::Cluster {
+                event: Some(ClusterEvent::MemberRemoved {
+                    member: member(1, MemberStatus::Removed, &[]),
+                    previous: MemberStatus::Up,
+                }),
+                members: up(&[2]),
+            },
+            now,
+        );
+        assert!(!effects(&actions).contains(&Action::AcquireLease));
+        let (_, actions) = state.step(Event::LeaseAcquired(FencingToken(1)), now);
+        assert_eq!(effects(&actions), vec![Action::SpawnInstance]);
+    }
+
+    #[test]
+    fn an_unexpected_death_respawns_after_one_second() {
+        let now = Instant::now();
+        let state = hosting(1, &[1], false);
+        let (state, actions) = state.step(Event::InstanceTerminated, now);
+        assert!(effects(&actions).is_empty());
+        assert_eq!(state.routing(), Routing::Hold);
+        assert_eq!(state.next_deadline(), Some(now + RESPAWN_BACKOFF));
+        let (_, actions) = state.step(Event::Tick, now + RESPAWN_BACKOFF);
+        assert_eq!(effects(&actions), vec![Action::SpawnInstance]);
+        assert!(published(&actions).contains(&"InstanceRestarted"));
+    }
+
+    #[test]
+    fn without_restart_it_latches_out_releases_the_lease_and_dead_letters() {
+        let now = Instant::now();
+        let mut cfg = config(1, true);
+        cfg.restart_on_termination = false;
+        let mut state = ManagerState::new(cfg, 0);
+        for event in [initial(up(&[1])), Event::LeaseAcquired(FencingToken(1))] {
+            state = state.step(event, now).0;
+        }
+        assert!(state.is_hosting());
+        let (state, actions) = state.step(Event::InstanceTerminated, now);
+        assert_eq!(
+            effects(&actions),
+            vec![Action::DeadLetterHeld, Action::ReleaseLease]
+        );
+        assert_eq!(state.routing(), Routing::DeadLetter);
+        let (state, _) = state.step(Event::LeaseReleased, now);
+        // Later membership changes do not bring it back.
+        let (state, actions) = state.step(
+            Event::Cluster {
+                event: Some(ClusterEvent::MemberUp(member(5, MemberStatus::Up, &[]))),
+                members: up(&[1, 5]),
+            },
+            now,
+        );
+        assert!(effects(&actions).is_empty());
+        assert!(state.is_latched_out());
+    }
+
+    #[test]
+    fn deactivation_stops_releases_and_reports_done() {
+        let now = Instant::now();
+        let state = hosting(1, &[1], true);
+        let (state, actions) = state.step(Event::Deactivate, now);
+        assert_eq!(effects(&actions), vec![Action::StopInstance]);
+        assert_eq!(state.routing(), Routing::DeadLetter);
+        let (state, actions) = state.step(Event::InstanceTerminated, now);
+        assert_eq!(effects(&actions), vec![Action::ReleaseLease]);
+        let (_, actions) = state.step(Event::LeaseReleased, now);
+        assert_eq!(
+            effects(&actions),
+            vec![Action::DeadLetterHeld, Action::Deactivated]
+        );
+    }
+
+    // --- properties -------------------------------------------------------------------------
+
+    fn arb_event() -> impl Strategy<Value = Event> {
+        let statuses = prop_oneof![
+            Just(MemberStatus::Joining),
+            Just(MemberStatus::Up),
+            Just(MemberStatus::Leaving),
+            Just(MemberStatus::Down),
+        ];
+        let members = proptest::collection::btree_map(1u8..5, statuses, 0..5).prop_map(|m| {
+            m.into_iter()
+                .map(|(i, s)| member(i, s, &[]))
+                .collect::<Vec<_>>()
+        });
+        let trigger = prop_oneof![
+            Just(None),
+            Just(Some(ClusterEvent::LeaderChanged(None))),
+            Just(Some(ClusterEvent::MemberUp(member(1, MemberStatus::Up, &[])))),
+            Just(Some(ClusterEvent::MemberUnreachable(member(1, MemberStatus::Up, &[])))),
+        ];
+        prop_oneof![
+            4 => (trigger, members).prop_map(|(event, members)| Event::Cluster { event, members }),
+            2 => (proptest::option::of(1u8..5), 0u64..4)
+                .prop_map(|(from, nonce)| Event::HandOverRequest { from: from.map(address), nonce }),
+            3 => (proptest::option::of(1u8..5), 0u64..4)
+                .prop_map(|(from, nonce)| Event::HandOverAcknowledgment { from: from.map(address), nonce }),
+            1 => Just(Event::SpawnFailed),
+            3 => Just(Event::InstanceTerminated),
+            2 => (1u64..4).prop_map(|t| Event::LeaseAcquired(FencingToken(t))),
+            1 => Just(Event::LeaseDenied),
+            1 => Just(Event::LeaseFailed),
+            1 => (1u64..4).prop_map(|t| Event::LeaseLost(FencingToken(t))),
+            2 => Just(Event::LeaseReleased),
+            4 => Just(Event::Tick),
+            1 => Just(Event::Deactivate),
+        ]
+    }
+
+    /// A model of the shell: which asynchronous operations are really in flight, so impossible
+    /// events (a termination without an instance) are only fed when they can happen.
+    #[derive(Debug, Default)]
+    struct World {
+        instance: bool,
+        stopping: bool,
+        acquiring: bool,
+        releasing: bool,
+        lease: Option<u64>,
+        deactivated: bool,
+    }
+
+    proptest! {
+        /// Safety of the lifecycle under any interleaving: never two instances, with a lease
+        /// never an instance without the lease, never an acquire while an instance exists or
+        /// stops or another acquire or release is in flight, never a release before the
+        /// instance terminated, never an acknowledgment while an instance exists or a lease is
+        /// held, and nothing after deactivation.
+        #[test]
+        fn the_lifecycle_is_safe_under_any_interleaving(
+            uses_lease in any::<bool>(),
+            restart in any::<bool>(),
+            events in proptest::collection::vec((arb_event(), 0u64..2_000), 1..120),
+        ) {
+            let start = Instant::now();
+            let mut now = start;
+            let mut cfg = config(2, uses_lease);
+            cfg.restart_on_termination = restart;
+            cfg.hand_over_timeout = Duration::from_secs(3);
+            let mut state = ManagerState::new(cfg, 0);
+            let mut world = World::default();
+            for (event, advance) in events {
+                if world.deactivated {
+                    // The shell hands over to its passive mode: the state machine is done.
+                    break;
+                }
+                now += Duration::from_millis(advance);
+                // Only feed what the world can produce.
+                let feasible = match &event {
+                    Event::InstanceTerminated => world.instance,
+                    Event::SpawnFailed => world.instance && !world.stopping,
+                    Event::LeaseAcquired(_) | Event::LeaseDenied | Event::LeaseFailed => world.acquiring,
+                    Event::LeaseReleased => world.releasing,
+                    Event::LeaseLost(t) => world.lease == Some(t.0),
+                    _ => true,
+                };
+                if !feasible {
+                    continue;
+                }
+                match &event {
+                    Event::InstanceTerminated | Event::SpawnFailed => { world.instance = false; world.stopping = false; }
+                    Event::LeaseAcquired(t) => { world.acquiring = false; world.lease = Some(t.0); }
+                    Event::LeaseDenied | Event::LeaseFailed => world.acquiring = false,
+                    Event::LeaseReleased => { world.releasing = false; world.lease = None; }
+                    Event::LeaseLost(_) => world.lease = None,
+                    _ => {}
+                }
+                let (next, actions) = state.step(event, now);
+                state = next;
+                for action in actions {
+                    match action {
+                        Action::SpawnInstance => {
+                            prop_assert!(!world.instance, "two instances");
+                            if uses_lease {
+                                prop_assert!(world.lease.is_some(), "spawn without the lease");
+                            }
+                            world.instance = true;
+                        }
+                        Action::StopInstance => {
+                            prop_assert!(world.instance && !world.stopping);
+                            world.stopping = true;
+                        }
+                        Action::AcquireLease => {
+                            prop_assert!(uses_lease);
+                            prop_assert!(!world.instance, "acquire while an instance exists");
+                            prop_assert!(!world.acquiring && !world.releasing && world.lease.is_none());
+                            world.acquiring = true;
+                        }
+                        Action::ReleaseLease => {
+                            prop_assert!(!world.instance, "release before termination");
+                            prop_assert!(world.lease.is_some() && !world.releasing);
+                            world.releasing = true;
+                        }
+                        Action::SendHandOverAcknowledgment { .. } => {
+                            prop_assert!(!world.instance, "ack while an instance exists");
+                            prop_assert!(world.lease.is_none() && !world.acquiring, "ack while holding the lease");
+                        }
+                        Action::Deactivated => world.deactivated = true,
+                        _ => {}
+                    }
+                }
+                if state.routing() == Routing::Deliver {
+                    prop_assert!(world.instance && !world.stopping);
+                }
+                if let Some(at) = state.next_deadline() {
+                    prop_assert!(at >= now - Duration::from_secs(10));
+                }
+            }
+        }
+    }
+}

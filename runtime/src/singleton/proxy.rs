@@ -1,0 +1,545 @@
+//! The singleton proxy: one actor per singleton on every node that uses it, which resolves the
+//! host from this node's view and forwards each message to the manager there.
+//!
+//! # Routing
+//! The host is elected exactly as the managers elect it (see `election.rs`). While no member
+//! hosts — or the elected host is unreachable from here — the proxy buffers, up to its
+//! `buffer_size`; beyond that messages go to dead letters. When this node is the elected host but
+//! never called `start`, messages go to dead letters at once: a deployment error that does not
+//! heal by waiting.
+//!
+//! # Ordering across a hand-over
+//! Messages from one proxy reach the singleton in send order, also while the host moves. When
+//! the proxy's target changes, it first asks the manager it last sent to for the messages that
+//! manager still holds from it (`DrainRequest`), buffering new ones meanwhile; the manager
+//! answers after every earlier message from this proxy (one ordered link), with the held ones in
+//! order, and the proxy sends those to the new host ahead of its buffer. Messages the old manager
+//! already gave its instance were processed before the new instance could start: a new host
+//! spawns only after the old instance finished `post_stop`. A drain that gets no answer within
+//! [`DRAIN_TIMEOUT`] (the old manager's node died) is given up; what it held expires there into
+//! dead letters.
+
+use std::any::Any;
+use std::collections::VecDeque;
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use super::election::elect_host;
+use super::event::{DeadLetterCause, SingletonEvent};
+use super::manager::{InternalMsg, ManagerMsg};
+use super::payload::{Payload, sender_path};
+use crate::actor::{Actor, ActorError};
+use crate::actor_ref::ActorRef;
+use crate::ask::{AskRequest, ReplyTo};
+use crate::cluster::{Cluster, MemberStatus};
+use crate::context::Context;
+use crate::dead_letter::{DeadLetter, DeadLetterReason};
+use crate::path::ActorPath;
+use crate::remote::{Address, RemoteMessage};
+
+/// How long a proxy waits for the previous host's manager to give back held messages.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The proxy's protocol. Only `Drained` crosses the network (from a manager, attributed by the
+/// transport); the rest is sent on this node.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum ProxyMsg {
+    /// Messages a manager held from this proxy, given back in order for re-routing.
+    Drained {
+        /// The `DrainRequest` answered.
+        nonce: u64,
+        /// The held messages, oldest first.
+        messages: Vec<DrainedMessage>,
+    },
+    /// Messages only this node's runtime sends.
+    #[serde(skip)]
+    #[doc(hidden)]
+    Internal(ProxyInternal),
+}
+
+impl RemoteMessage for ProxyMsg {
+    const MANIFEST: &'static str = "troupe.singleton.Proxy";
+}
+
+/// One held message given back by a manager.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct DrainedMessage {
+    /// The serialized message.
+    pub body: Bytes,
+    /// The original sender's path elements on the proxy's node.
+    pub sender: Option<String>,
+}
+
+/// Opaque: messages the runtime sends a proxy on its own node.
+pub struct ProxyInternal(pub(crate) ProxyInternalMsg);
+
+impl fmt::Debug for ProxyInternal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ProxyInternal")
+    }
+}
+
+pub(crate) enum ProxyInternalMsg {
+    /// A message for the singleton from the proxy handle.
+    Send {
+        message: Box<dyn Any + Send>,
+        sender: Option<ActorPath>,
+    },
+    /// This node's cluster view changed.
+    ClusterChanged,
+    /// The local manager's answer to a drain: a `Vec<Payload<M>>`.
+    DrainedLocal {
+        nonce: u64,
+        items: Box<dyn Any + Send>,
+    },
+    /// Give up waiting for drain `nonce`.
+    DrainTimeout { nonce: u64 },
+    /// `start` / `stop` on this node changed the local manager or the role.
+    Reconfigure { role: Option<Option<String>> },
+}
+
+impl ProxyMsg {
+    pub(crate) fn internal(message: ProxyInternalMsg) -> Self {
+        Self::Internal(ProxyInternal(message))
+    }
+}
+
+/// The handle to a singleton: send it messages of type `M` and they reach the one instance in
+/// the cluster, wherever it runs. Cheap to clone.
+pub struct SingletonProxy<M> {
+    actor: ActorRef<ProxyMsg>,
+    _message: PhantomData<fn(M)>,
+}
+
+impl<M> Clone for SingletonProxy<M> {
+    fn clone(&self) -> Self {
+        Self {
+            actor: self.actor.clone(),
+            _message: PhantomData,
+        }
+    }
+}
+
+impl<M> fmt::Debug for SingletonProxy<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SingletonProxy({})", self.actor.path())
+    }
+}
+
+impl<M: RemoteMessage> SingletonProxy<M> {
+    pub(crate) fn new(actor: ActorRef<ProxyMsg>) -> Self {
+        Self {
+            actor,
+            _message: PhantomData,
+        }
+    }
+
+    /// Send `message` to the singleton.
+    pub fn tell(&self, message: M) {
+        self.actor.tell(send(message, None));
+    }
+
+    /// Send `message` naming its sender (shown in dead letters, `ctx.sender()` of the instance).
+    pub fn tell_from(&self, message: M, sender: &ActorPath) {
+        self.actor.tell(send(message, Some(sender.clone())));
+    }
+
+    /// Ask the singleton: build the message around a fresh [`ReplyTo`] and await the reply.
+    pub fn ask<R, F>(
+        &self,
+        make: F,
+    ) -> AskRequest<'_, ProxyMsg, R, impl FnOnce(ReplyTo<R>) -> ProxyMsg + use<'_, R, F, M>>
+    where
+        R: Send + 'static,
+        F: FnOnce(ReplyTo<R>) -> M,
+    {
+        self.actor.ask(move |reply| send(make(reply), None))
+    }
+
+    /// The proxy actor's path (`/system/cluster/singleton/proxy-<typeName>`).
+    #[must_use]
+    pub fn path(&self) -> &ActorPath {
+        self.actor.path()
+    }
+}
+
+fn send<M: Send + 'static>(message: M, sender: Option<ActorPath>) -> ProxyMsg {
+    ProxyMsg::internal(ProxyInternalMsg::Send {
+        message: Box::new(message),
+        sender,
+    })
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Route {
+    /// No member hosts, or the elected host is unreachable from here: buffer.
+    Nobody,
+    /// This node is the elected host.
+    Local,
+    /// Another node is.
+    Remote(Address),
+}
+
+pub(crate) struct ProxyActor<M: RemoteMessage> {
+    type_name: Arc<str>,
+    role: Option<String>,
+    cluster: Cluster,
+    me: Address,
+    buffer_size: usize,
+    manager_elements: String,
+    route: Route,
+    /// The manager this proxy last sent to; drained before sending anywhere else.
+    last_sent: Option<Address>,
+    /// The drain in flight: (nonce, manager node).
+    drain: Option<(u64, Address)>,
+    next_nonce: u64,
+    buffer: VecDeque<Payload<M>>,
+    remote_manager: Option<(Address, ActorRef<ManagerMsg>)>,
+    local_manager: Option<(u64, Option<ActorRef<ManagerMsg>>)>,
+    warned_no_manager: bool,
+    warned_overflow: bool,
+    subscription: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl<M: RemoteMessage> ProxyActor<M> {
+    pub(crate) fn new(
+        type_name: Arc<str>,
+        role: Option<String>,
+        cluster: Cluster,
+        buffer_size: usize,
+    ) -> Self {
+        Self {
+            manager_elements: super::manager_elements(&type_name),
+            me: cluster.self_address().clone(),
+            type_name,
+            role,
+            cluster,
+            buffer_size,
+            route: Route::Nobody,
+            last_sent: None,
+            drain: None,
+            next_nonce: rand::random(),
+            buffer: VecDeque::new(),
+            remote_manager: None,
+            local_manager: None,
+            warned_no_manager: false,
+            warned_overflow: false,
+            subscription: None,
+        }
+    }
+
+    fn resolve_route(&self) -> Route {
+        let view = self.cluster.view();
+        match elect_host(&view.members, self.role.as_deref()) {
+            None => Route::Nobody,
+            Some(host) if view.unreachable.contains(&host.node) => Route::Nobody,
+            Some(host) if host.address() == &self.me => Route::Local,
+            Some(host) => Route::Remote(host.address().clone()),
+        }
+    }
+
+    /// The local manager if `start` is in effect on this node.
+    fn local_manager(&mut self) -> Option<ActorRef<ManagerMsg>> {
+        let registry = self.cluster.singleton_registry();
+        let generation = registry.generation();
+        match &self.local_manager {
+            Some((cached, manager)) if *cached == generation => manager.clone(),
+            _ => {
+                let manager = registry.active_manager(&self.type_name);
+                self.local_manager = Some((generation, manager.clone()));
+                manager
+            }
+        }
+    }
+
+    fn remote_manager(&mut self, node: &Address) -> ActorRef<ManagerMsg> {
+        match &self.remote_manager {
+            Some((cached, manager)) if cached == node => manager.clone(),
+            _ => {
+                let manager = self
+                    .cluster
+                    .remoting()
+                    .remote_ref::<ManagerMsg>(node, &self.manager_elements);
+                self.remote_manager = Some((node.clone(), manager.clone()));
+                manager
+            }
+        }
+    }
+
+    fn submit(&mut self, payload: Payload<M>, ctx: &mut Context<Self>) {
+        if self.drain.is_some() || !self.buffer.is_empty() {
+            self.buffer_push(payload);
+            return;
+        }
+        if let Err(payload) = self.try_send(payload, ctx) {
+            self.buffer_push(payload);
+        }
+    }
+
+    /// Send now, or give the message back to be buffered.
+    fn try_send(&mut self, payload: Payload<M>, ctx: &mut Context<Self>) -> Result<(), Payload<M>> {
+        let target = match &self.route {
+            Route::Nobody => return Err(payload),
+            Route::Local => self.me.clone(),
+            Route::Remote(node) => node.clone(),
+        };
+        if let Some(previous) = self.last_sent.clone()
+            && previous != target
+        {
+            if self.may_hold_messages(&previous) {
+                self.start_drain(previous, ctx);
+                return Err(payload);
+            }
+            self.last_sent = None;
+        }
+        if target == self.me {
+            let Some(manager) = self.local_manager() else {
+                self.dead_letter_no_manager(payload);
+                return Ok(());
+            };
+            manager.tell(match payload {
+                Payload::Value { message, sender } => {
+                    ManagerMsg::internal(InternalMsg::DeliverLocal {
+                        message: Box::new(message),
+                        sender,
+                    })
+                }
+                Payload::Encoded { body, sender } => ManagerMsg::Deliver {
+                    body,
+                    sender: sender.map(|s| s.elements().to_owned()),
+                },
+            });
+        } else {
+            let remoting = Arc::clone(self.cluster.remoting());
+            match payload.encode(&remoting) {
+                Ok((body, sender)) => {
+                    self.remote_manager(&target)
+                        .tell(ManagerMsg::Deliver { body, sender });
+                }
+                Err((sender, error)) => {
+                    tracing::warn!(singleton = %self.type_name, %error, "message for the singleton does not serialize");
+                    self.dead_letter(sender, DeadLetterCause::Undecodable);
+                    return Ok(());
+                }
+            }
+        }
+        self.last_sent = Some(target);
+        Ok(())
+    }
+
+    /// Whether the manager on `node` may still hold messages from this proxy and can answer.
+    fn may_hold_messages(&self, node: &Address) -> bool {
+        if *node == self.me {
+            return true;
+        }
+        let view = self.cluster.view();
+        view.members.iter().any(|m| {
+            m.address() == node
+                && !matches!(m.status, MemberStatus::Down | MemberStatus::Removed)
+                && !view.unreachable.contains(&m.node)
+        })
+    }
+
+    fn start_drain(&mut self, node: Address, ctx: &mut Context<Self>) {
+        let nonce = self.next_nonce;
+        self.next_nonce = self.next_nonce.wrapping_add(1);
+        let request = ManagerMsg::DrainRequest { nonce };
+        if node == self.me {
+            // Any manager at the path answers, active or passive.
+            match ctx.system().resolve::<ManagerMsg>(&self.manager_elements) {
+                Ok(manager) => manager.tell(request),
+                Err(_) => {
+                    self.last_sent = None;
+                    return;
+                }
+            }
+        } else {
+            self.remote_manager(&node).tell(request);
+        }
+        self.drain = Some((nonce, node));
+        ctx.schedule_once(
+            DRAIN_TIMEOUT,
+            ProxyMsg::internal(ProxyInternalMsg::DrainTimeout { nonce }),
+        );
+    }
+
+    fn on_drained(&mut self, nonce: u64, mut items: Vec<Payload<M>>, ctx: &mut Context<Self>) {
+        if self.drain.as_ref().is_some_and(|(n, _)| *n == nonce) {
+            self.drain = None;
+            self.last_sent = None;
+        } else if !items.is_empty() {
+            tracing::debug!(singleton = %self.type_name, count = items.len(), "late drain answer; sending its messages on");
+        }
+        // They were sent before anything still buffered.
+        items.extend(self.buffer.drain(..));
+        self.buffer = items.into();
+        self.flush(ctx);
+    }
+
+    fn flush(&mut self, ctx: &mut Context<Self>) {
+        while self.drain.is_none() {
+            let Some(payload) = self.buffer.pop_front() else {
+                break;
+            };
+            if let Err(payload) = self.try_send(payload, ctx) {
+                self.buffer.push_front(payload);
+                break;
+            }
+        }
+    }
+
+    fn buffer_push(&mut self, payload: Payload<M>) {
+        if self.buffer.len() >= self.buffer_size {
+            if !self.warned_overflow {
+                self.warned_overflow = true;
+                tracing::warn!(
+                    singleton = %self.type_name,
+                    buffer_size = self.buffer_size,
+                    "singleton proxy buffer is full while no node hosts: dead-lettering (warned once)"
+                );
+            }
+            let sender = payload.sender().cloned();
+            self.dead_letter_with_reason(
+                sender,
+                format!(
+                    "singleton {} proxy buffer full ({} messages) while no node hosts",
+                    self.type_name, self.buffer_size
+                ),
+            );
+            return;
+        }
+        self.buffer.push_back(payload);
+    }
+
+    fn dead_letter_no_manager(&mut self, payload: Payload<M>) {
+        if !self.warned_no_manager {
+            self.warned_no_manager = true;
+            tracing::warn!(
+                singleton = %self.type_name,
+                "this node is the singleton's elected host but never called start(..): dead-lettering (warned once)"
+            );
+        }
+        self.dead_letter(payload.sender().cloned(), DeadLetterCause::NoManager);
+        self.cluster
+            .system()
+            .event_stream()
+            .publish(SingletonEvent::MessagesDeadLettered {
+                type_name: Arc::clone(&self.type_name),
+                node: self.me.clone(),
+                count: 1,
+                reason: DeadLetterCause::NoManager,
+            });
+    }
+
+    fn dead_letter(&self, sender: Option<ActorPath>, cause: DeadLetterCause) {
+        self.dead_letter_with_reason(sender, format!("singleton {}: {cause}", self.type_name));
+    }
+
+    fn dead_letter_with_reason(&self, sender: Option<ActorPath>, reason: String) {
+        self.cluster.system().dead_letters().publish(DeadLetter {
+            recipient: ActorPath::remote(
+                &self.me,
+                &format!("{}/{}", self.manager_elements, self.type_name),
+            ),
+            sender,
+            message_type: std::any::type_name::<M>(),
+            reason: DeadLetterReason::Other(reason),
+        });
+    }
+}
+
+impl<M: RemoteMessage> Actor for ProxyActor<M> {
+    type Msg = ProxyMsg;
+
+    async fn pre_start(&mut self, ctx: &mut Context<Self>) -> Result<(), ActorError> {
+        let mut subscription = self.cluster.subscribe();
+        let me = ctx.myself();
+        self.subscription = Some(ctx.system().runtime().spawn(async move {
+            while subscription.recv().await.is_some() {
+                let message = ProxyMsg::internal(ProxyInternalMsg::ClusterChanged);
+                if me.try_tell(message).is_err() {
+                    return;
+                }
+            }
+        }));
+        self.route = self.resolve_route();
+        Ok(())
+    }
+
+    async fn handle(&mut self, msg: ProxyMsg, ctx: &mut Context<Self>) -> Result<(), ActorError> {
+        match msg {
+            ProxyMsg::Drained { nonce, messages } => {
+                let origin = ctx.origin().cloned();
+                let items = messages
+                    .into_iter()
+                    .map(|m| Payload::Encoded {
+                        body: m.body,
+                        // The senders were on this node: the proxy's own.
+                        sender: sender_path(None, &self.me, m.sender),
+                    })
+                    .collect();
+                if origin.is_none() {
+                    tracing::debug!(singleton = %self.type_name, "drain answer without a network origin");
+                }
+                self.on_drained(nonce, items, ctx);
+            }
+            ProxyMsg::Internal(ProxyInternal(internal)) => match internal {
+                ProxyInternalMsg::Send { message, sender } => match message.downcast::<M>() {
+                    Ok(message) => self.submit(
+                        Payload::Value {
+                            message: *message,
+                            sender,
+                        },
+                        ctx,
+                    ),
+                    Err(_) => tracing::error!(singleton = %self.type_name, "proxy sent the wrong message type"),
+                },
+                ProxyInternalMsg::ClusterChanged => {
+                    let route = self.resolve_route();
+                    if route != self.route {
+                        tracing::debug!(singleton = %self.type_name, ?route, "singleton proxy re-routes");
+                        self.route = route;
+                        self.flush(ctx);
+                    }
+                }
+                ProxyInternalMsg::DrainedLocal { nonce, items } => {
+                    match items.downcast::<Vec<Payload<M>>>() {
+                        Ok(items) => self.on_drained(nonce, *items, ctx),
+                        Err(_) => tracing::error!(singleton = %self.type_name, "drain answer of the wrong message type"),
+                    }
+                }
+                ProxyInternalMsg::DrainTimeout { nonce } => {
+                    if self.drain.as_ref().is_some_and(|(n, _)| *n == nonce) {
+                        tracing::debug!(singleton = %self.type_name, "no drain answer; sending on without it");
+                        self.drain = None;
+                        self.last_sent = None;
+                        self.flush(ctx);
+                    }
+                }
+                ProxyInternalMsg::Reconfigure { role } => {
+                    if let Some(role) = role {
+                        self.role = role;
+                    }
+                    self.local_manager = None;
+                    self.route = self.resolve_route();
+                    self.flush(ctx);
+                }
+            },
+        }
+        Ok(())
+    }
+
+    async fn post_stop(&mut self, _ctx: &mut Context<Self>) {
+        if let Some(task) = self.subscription.take() {
+            task.abort();
+        }
+        for payload in std::mem::take(&mut self.buffer) {
+            self.dead_letter(payload.sender().cloned(), DeadLetterCause::NotHosting);
+        }
+    }
+}
