@@ -2,6 +2,8 @@
 //! binds the transport, joins the cluster, reports what happens, and leaves cleanly on SIGTERM.
 //! (Probes, control-plane reporting and demo workloads arrive with later issues.)
 
+pub mod reporter;
+
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -14,7 +16,11 @@ use troupe::{ActorSystem, SystemError};
 
 /// Command line and environment of `troupe-agent`.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "troupe-agent", version, about = "Run a Troupe node: join the cluster and host actors.")]
+#[command(
+    name = "troupe-agent",
+    version,
+    about = "Run a Troupe node: join the cluster and host actors."
+)]
 pub struct AgentConfig {
     /// Cluster (actor system) name; every node of a cluster uses the same one.
     #[arg(long, env = "TROUPE_SYSTEM", default_value = "troupe")]
@@ -41,6 +47,25 @@ pub struct AgentConfig {
     /// Print each cluster event as one JSON line on stdout.
     #[arg(long, env = "TROUPE_EVENTS_JSON", default_value_t = false)]
     pub events_json: bool,
+    /// Base URL of the control plane to report to (e.g. http://127.0.0.1:8080); unset: no
+    /// reporting.
+    #[arg(long, env = "TROUPE_CONTROL_PLANE_URL")]
+    pub control_plane: Option<String>,
+    /// Bearer token for the control plane's ingest endpoint.
+    #[arg(
+        long,
+        env = "TROUPE_INGEST_TOKEN",
+        hide_env_values = true,
+        default_value = ""
+    )]
+    pub ingest_token: String,
+    /// The machine this agent runs on, shown by the control plane (Kubernetes: the
+    /// downward API's spec.nodeName).
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: Option<String>,
+    /// Milliseconds between report batches.
+    #[arg(long, env = "TROUPE_REPORT_INTERVAL_MS", default_value_t = 500)]
+    pub report_interval_ms: u64,
 }
 
 /// Why the agent could not start.
@@ -65,6 +90,7 @@ pub enum AgentError {
 pub struct Agent {
     system: ActorSystem,
     cluster: Cluster,
+    reporter: Option<reporter::ReporterHandle>,
 }
 
 fn member_json(member: &Member) -> serde_json::Value {
@@ -104,7 +130,8 @@ impl Agent {
     /// Bind the transport and start joining the cluster.
     pub async fn start(config: AgentConfig) -> Result<Self, AgentError> {
         let system = ActorSystem::new(&config.system)?;
-        let secret = ClusterSecret::new(config.secret.as_bytes()).map_err(|e| AgentError::Secret(e.to_string()))?;
+        let secret = ClusterSecret::new(config.secret.as_bytes())
+            .map_err(|e| AgentError::Secret(e.to_string()))?;
         let host = config
             .advertised_host
             .clone()
@@ -119,10 +146,12 @@ impl Agent {
         let settings = MembershipSettings {
             seeds: config.seeds.clone(),
             roles: config.roles.iter().cloned().collect::<BTreeSet<_>>(),
-            down_after: (config.down_after_ms > 0).then(|| Duration::from_millis(config.down_after_ms)),
+            down_after: (config.down_after_ms > 0)
+                .then(|| Duration::from_millis(config.down_after_ms)),
             ..MembershipSettings::default()
         };
-        let cluster = Cluster::start(&system, transport, inbound_rx, settings, None).map_err(|e| AgentError::Cluster(e.to_string()))?;
+        let cluster = Cluster::start(&system, transport, inbound_rx, settings, None)
+            .map_err(|e| AgentError::Cluster(e.to_string()))?;
         if config.events_json {
             let mut events = cluster.subscribe();
             tokio::spawn(async move {
@@ -133,8 +162,47 @@ impl Agent {
                 }
             });
         }
+        let reporter = config.control_plane.as_deref().map(|url| {
+            let identity = troupe_protocol::AgentIdentity {
+                cluster: config.system.clone(),
+                node: cluster.self_address().host_port(),
+                incarnation: cluster.self_node().incarnation,
+                meta: troupe_protocol::AgentMeta {
+                    node: config.node_name.clone(),
+                },
+            };
+            let shipper = reporter::shipper::Shipper::new(url, &config.ingest_token, identity);
+            let settings = reporter::ReporterSettings {
+                flush_interval: Duration::from_millis(config.report_interval_ms.max(10)),
+                ..reporter::ReporterSettings::default()
+            };
+            let handle = reporter::start(&system, &cluster, shipper, settings);
+            handle.health(troupe_protocol::AgentHealth::Starting, None);
+            let ready = handle.clone();
+            let watched = cluster.clone();
+            tokio::spawn(async move {
+                watched
+                    .wait_for_view(|v| {
+                        v.self_member()
+                            .is_some_and(|m| m.status == troupe::cluster::MemberStatus::Up)
+                    })
+                    .await;
+                ready.health(troupe_protocol::AgentHealth::Ready, None);
+            });
+            handle
+        });
         tracing::info!(node = %cluster.self_node(), "agent started");
-        Ok(Self { system, cluster })
+        Ok(Self {
+            system,
+            cluster,
+            reporter,
+        })
+    }
+
+    /// The reporter, when a control plane is configured.
+    #[must_use]
+    pub fn reporter(&self) -> Option<&reporter::ReporterHandle> {
+        self.reporter.as_ref()
     }
 
     /// The cluster handle.
@@ -151,8 +219,17 @@ impl Agent {
 
     /// Leave the cluster (waiting at most `grace` to be removed), then stop every actor.
     pub async fn shutdown(self, grace: Duration) {
+        if let Some(reporter) = &self.reporter {
+            reporter.health(
+                troupe_protocol::AgentHealth::Draining,
+                Some("shutting down".into()),
+            );
+        }
         self.cluster.leave();
         let _ = tokio::time::timeout(grace, self.cluster.terminated()).await;
         self.system.shutdown().await;
+        if let Some(reporter) = &self.reporter {
+            let _ = tokio::time::timeout(grace, reporter.stop()).await;
+        }
     }
 }

@@ -1,0 +1,227 @@
+//! The reporter: turns what happens on this node (membership, dead letters, agent health,
+//! mailbox depths) into batches for the control plane, without ever blocking an actor on the
+//! network.
+//!
+//! # Supervision tree
+//! ```text
+//! reporter task (tokio)       owns the ReportBuffer; fed by
+//! ├── cluster subscription    ClusterNotification → membership events
+//! ├── dead-letter subscription DeadLetter → dead-letter events
+//! └── depth tick              samples the depth of the watched actor paths
+//! ```
+//! The task stops when the [`ReporterHandle`] is dropped or `stop` is called; the last batch is
+//! flushed (best effort) first.
+//!
+//! # When the server is away
+//! Batches are retried with exponential backoff (250 ms doubling to 10 s) and the same
+//! sequence number; meanwhile the buffer fills, and when full drops depth samples before
+//! state-changing events, counting every drop by kind (see `buffer.rs`).
+
+pub mod buffer;
+pub mod convert;
+pub mod shipper;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, oneshot};
+use troupe::cluster::{Cluster, ClusterNotification};
+use troupe::{ActorSystem, DeadLetter};
+use troupe_protocol::{AgentHealth, DepthSample, DepthTick, Event, EventBody, HealthChange};
+
+use buffer::{BufferLimits, ReportBuffer};
+use shipper::Shipper;
+
+/// Settings of the reporter.
+#[derive(Debug, Clone)]
+pub struct ReporterSettings {
+    /// How often to ship what has accumulated.
+    pub flush_interval: Duration,
+    /// How often to sample mailbox depths.
+    pub depth_interval: Duration,
+    /// Buffer limits.
+    pub limits: BufferLimits,
+}
+
+impl Default for ReporterSettings {
+    fn default() -> Self {
+        Self {
+            flush_interval: Duration::from_millis(500),
+            depth_interval: Duration::from_secs(1),
+            limits: BufferLimits::default(),
+        }
+    }
+}
+
+/// Counters a reporter keeps, for `/metrics` and tests.
+#[derive(Debug, Default)]
+pub struct ReporterStats {
+    /// Batches the server acknowledged.
+    pub batches_acknowledged: AtomicU64,
+    /// Attempts that failed (and will be retried).
+    pub failed_attempts: AtomicU64,
+    /// Events handed to the buffer.
+    pub events_buffered: AtomicU64,
+}
+
+enum Command {
+    Health(AgentHealth, Option<String>),
+    WatchDepth(String),
+    Stop(oneshot::Sender<()>),
+}
+
+/// A running reporter.
+#[derive(Debug, Clone)]
+pub struct ReporterHandle {
+    commands: mpsc::UnboundedSender<Command>,
+    stats: Arc<ReporterStats>,
+    buffer: Arc<Mutex<ReportBuffer>>,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
+
+impl ReporterHandle {
+    /// Report an agent health change.
+    pub fn health(&self, health: AgentHealth, reason: Option<String>) {
+        let _ = self.commands.send(Command::Health(health, reason));
+    }
+
+    /// Sample the mailbox depth of the actor at `path` on every depth tick.
+    pub fn watch_depth(&self, path: &str) {
+        let _ = self.commands.send(Command::WatchDepth(path.to_owned()));
+    }
+
+    /// Counters.
+    #[must_use]
+    pub fn stats(&self) -> &ReporterStats {
+        &self.stats
+    }
+
+    /// Items queued and drops not yet reported.
+    #[must_use]
+    pub fn backlog(&self) -> ((usize, usize), troupe_protocol::DroppedCounts) {
+        let buffer = self.buffer.lock();
+        (buffer.queued(), buffer.unreported_drops())
+    }
+
+    /// Flush what is buffered (one attempt) and stop.
+    pub async fn stop(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.commands.send(Command::Stop(tx)).is_ok() {
+            let _ = rx.await;
+        }
+    }
+}
+
+/// Start reporting `cluster`'s events and `system`'s dead letters through `shipper`.
+#[must_use]
+pub fn start(
+    system: &ActorSystem,
+    cluster: &Cluster,
+    shipper: Shipper,
+    settings: ReporterSettings,
+) -> ReporterHandle {
+    let (commands, mut command_rx) = mpsc::unbounded_channel();
+    let stats = Arc::new(ReporterStats::default());
+    let buffer = Arc::new(Mutex::new(ReportBuffer::new(settings.limits)));
+    let handle = ReporterHandle {
+        commands,
+        stats: Arc::clone(&stats),
+        buffer: Arc::clone(&buffer),
+    };
+    let mut cluster_events = cluster.subscribe();
+    let mut dead_letters = system.event_stream().subscribe::<DeadLetter>();
+    let cluster = cluster.clone();
+    let system = system.clone();
+    tokio::spawn(async move {
+        let mut flush = tokio::time::interval(settings.flush_interval);
+        flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut depth = tokio::time::interval(settings.depth_interval);
+        depth.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut watched: Vec<String> = Vec::new();
+        let mut backoff = Duration::ZERO;
+        let mut retry_at = tokio::time::Instant::now();
+        let push = |event: Event| {
+            stats.events_buffered.fetch_add(1, Ordering::Relaxed);
+            buffer.lock().push_event(event);
+        };
+        loop {
+            tokio::select! {
+                biased;
+                command = command_rx.recv() => match command {
+                    Some(Command::Health(health, reason)) => push(Event {
+                        at_ms: now_ms(),
+                        body: EventBody::AgentHealthChanged(HealthChange { health, reason }),
+                    }),
+                    Some(Command::WatchDepth(path)) => {
+                        if !watched.contains(&path) {
+                            watched.push(path);
+                        }
+                    }
+                    Some(Command::Stop(done)) => {
+                        let batch = buffer.lock().next_batch().cloned();
+                        if let Some(batch) = batch
+                            && shipper.ship(&batch, now_ms()).await.is_ok()
+                        {
+                            buffer.lock().acknowledged(batch.sequence);
+                        }
+                        let _ = done.send(());
+                        return;
+                    }
+                    None => return,
+                },
+                notification = cluster_events.recv() => match notification {
+                    Some(ClusterNotification::Event(event)) => push(convert::cluster_event(&event, &cluster.view(), now_ms())),
+                    Some(ClusterNotification::CurrentState(_)) => {}
+                    None => {}
+                },
+                letter = dead_letters.recv() => {
+                    if let Some(letter) = letter {
+                        push(convert::dead_letter(&letter, now_ms()));
+                    }
+                }
+                _ = depth.tick() => {
+                    if !watched.is_empty() {
+                        let samples = watched
+                            .iter()
+                            .filter_map(|path| system.resolve_any(path).ok().map(|actor| DepthSample {
+                                path: path.clone(),
+                                router: None,
+                                depth: u32::try_from(actor.mailbox_depth()).unwrap_or(u32::MAX),
+                            }))
+                            .collect();
+                        buffer.lock().push_depth_tick(DepthTick { at_ms: now_ms(), samples });
+                    }
+                }
+                _ = flush.tick() => {
+                    if tokio::time::Instant::now() < retry_at {
+                        continue;
+                    }
+                    let batch = buffer.lock().next_batch().cloned();
+                    let Some(batch) = batch else { continue };
+                    match shipper.ship(&batch, now_ms()).await {
+                        Ok(_) => {
+                            buffer.lock().acknowledged(batch.sequence);
+                            stats.batches_acknowledged.fetch_add(1, Ordering::Relaxed);
+                            backoff = Duration::ZERO;
+                        }
+                        Err(error) => {
+                            stats.failed_attempts.fetch_add(1, Ordering::Relaxed);
+                            backoff = (backoff * 2).clamp(Duration::from_millis(250), Duration::from_secs(10));
+                            retry_at = tokio::time::Instant::now() + backoff;
+                            tracing::debug!(%error, retry_in = ?backoff, "report batch not accepted; will retry");
+                        }
+                    }
+                }
+            }
+        }
+    });
+    handle
+}

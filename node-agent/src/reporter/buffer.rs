@@ -1,0 +1,321 @@
+//! The reporter's bounded buffer: what waits to be shipped, what is in flight, and what had to
+//! be dropped — a pure data structure, tested without sockets or clocks.
+//!
+//! # What is kept when full
+//! Events that change state (membership, singleton, router, dead letters, health) are kept in
+//! preference to depth samples: when the event queue is full, the oldest depth samples go
+//! first; only when no samples are left does the oldest event go. Every dropped item is counted
+//! by kind, and the counts travel with the next batch the server acknowledges.
+//!
+//! # Retries
+//! A batch, once cut, keeps its sequence number and contents until the server acknowledges it,
+//! so a retry after a lost response is a duplicate the server drops, never a second copy.
+
+use std::collections::VecDeque;
+
+use troupe_protocol::{DepthTick, DroppedCounts, Event, EventCategory};
+
+/// How much the buffer holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BufferLimits {
+    /// Items waiting to be shipped: events plus individual depth samples share this budget.
+    pub items: usize,
+    /// At most this many events per batch.
+    pub batch_events: usize,
+}
+
+impl Default for BufferLimits {
+    fn default() -> Self {
+        Self {
+            items: 100_000,
+            batch_events: 5_000,
+        }
+    }
+}
+
+/// A batch cut from the buffer, waiting for the server's acknowledgement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pending {
+    /// Its sequence number.
+    pub sequence: u64,
+    /// Its events.
+    pub events: Vec<Event>,
+    /// Its depth samples.
+    pub depth_ticks: Vec<DepthTick>,
+    /// The drops it reports.
+    pub dropped: DroppedCounts,
+}
+
+/// The reporter's buffer.
+#[derive(Debug)]
+pub struct ReportBuffer {
+    limits: BufferLimits,
+    events: VecDeque<Event>,
+    depth_ticks: VecDeque<DepthTick>,
+    /// Depth samples across the queued ticks.
+    samples: usize,
+    dropped: DroppedCounts,
+    in_flight: Option<Pending>,
+    next_sequence: u64,
+}
+
+fn count_drop(dropped: &mut DroppedCounts, category: EventCategory) {
+    match category {
+        EventCategory::Membership => dropped.membership += 1,
+        EventCategory::Singleton => dropped.singleton += 1,
+        EventCategory::Router => dropped.router += 1,
+        EventCategory::DeadLetter => dropped.dead_letters += 1,
+        EventCategory::Health => dropped.health += 1,
+    }
+}
+
+impl ReportBuffer {
+    /// An empty buffer; the first batch gets sequence 1.
+    #[must_use]
+    pub fn new(limits: BufferLimits) -> Self {
+        Self {
+            limits,
+            events: VecDeque::new(),
+            depth_ticks: VecDeque::new(),
+            samples: 0,
+            dropped: DroppedCounts::default(),
+            in_flight: None,
+            next_sequence: 1,
+        }
+    }
+
+    fn drop_oldest_tick(&mut self) -> bool {
+        match self.depth_ticks.pop_front() {
+            Some(tick) => {
+                self.samples -= tick.samples.len();
+                self.dropped.depth_samples += tick.samples.len() as u64;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Queue an event; if the buffer is full, make room: depth samples go first, then the
+    /// oldest event.
+    pub fn push_event(&mut self, event: Event) {
+        while self.events.len() + self.samples >= self.limits.items {
+            if !self.drop_oldest_tick() {
+                match self.events.pop_front() {
+                    Some(oldest) => count_drop(&mut self.dropped, oldest.body.kind().category()),
+                    None => break,
+                }
+            }
+        }
+        self.events.push_back(event);
+    }
+
+    /// Queue one tick of depth samples; if the buffer is full, older ticks make room. Samples
+    /// never push out an event: a tick that does not fit beside the events is dropped itself.
+    pub fn push_depth_tick(&mut self, tick: DepthTick) {
+        while self.events.len() + self.samples + tick.samples.len() > self.limits.items {
+            if !self.drop_oldest_tick() {
+                self.dropped.depth_samples += tick.samples.len() as u64;
+                return;
+            }
+        }
+        self.samples += tick.samples.len();
+        self.depth_ticks.push_back(tick);
+    }
+
+    /// The batch to send now: the one in flight (a retry), or a new one cut from the queue.
+    /// `None` when there is nothing to report.
+    pub fn next_batch(&mut self) -> Option<&Pending> {
+        if self.in_flight.is_none() {
+            let nothing =
+                self.events.is_empty() && self.depth_ticks.is_empty() && self.dropped.total() == 0;
+            if nothing {
+                return None;
+            }
+            let take = self.events.len().min(self.limits.batch_events);
+            let pending = Pending {
+                sequence: self.next_sequence,
+                events: self.events.drain(..take).collect(),
+                depth_ticks: {
+                    self.samples = 0;
+                    self.depth_ticks.drain(..).collect()
+                },
+                dropped: std::mem::take(&mut self.dropped),
+            };
+            self.next_sequence += 1;
+            self.in_flight = Some(pending);
+        }
+        self.in_flight.as_ref()
+    }
+
+    /// The server acknowledged batch `sequence`.
+    pub fn acknowledged(&mut self, sequence: u64) {
+        if self
+            .in_flight
+            .as_ref()
+            .is_some_and(|p| p.sequence == sequence)
+        {
+            self.in_flight = None;
+        }
+    }
+
+    /// Events and ticks queued (not counting the batch in flight).
+    #[must_use]
+    pub fn queued(&self) -> (usize, usize) {
+        (self.events.len(), self.depth_ticks.len())
+    }
+
+    /// Drops not yet reported.
+    #[must_use]
+    pub fn unreported_drops(&self) -> DroppedCounts {
+        let mut total = self.dropped;
+        if let Some(pending) = &self.in_flight {
+            let d = pending.dropped;
+            total.membership += d.membership;
+            total.singleton += d.singleton;
+            total.router += d.router;
+            total.dead_letters += d.dead_letters;
+            total.health += d.health;
+            total.depth_samples += d.depth_samples;
+        }
+        total
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use troupe_protocol::{DeadLetterEvent, DepthSample, EventBody, LeaderChange};
+
+    fn dead_letter(n: u64) -> Event {
+        Event {
+            at_ms: n as i64,
+            body: EventBody::DeadLetter(DeadLetterEvent {
+                recipient: format!("/user/{n}"),
+                sender: None,
+                message_type: "t".into(),
+                reason: "r".into(),
+            }),
+        }
+    }
+
+    fn leader(n: i64) -> Event {
+        Event {
+            at_ms: n,
+            body: EventBody::LeaderChanged(LeaderChange { leader: None }),
+        }
+    }
+
+    fn tick(n: i64, samples: usize) -> DepthTick {
+        DepthTick {
+            at_ms: n,
+            samples: (0..samples)
+                .map(|i| DepthSample {
+                    path: format!("/user/w{i}"),
+                    router: None,
+                    depth: 1,
+                })
+                .collect(),
+        }
+    }
+
+    fn limits(items: usize) -> BufferLimits {
+        BufferLimits {
+            items,
+            batch_events: 1_000,
+        }
+    }
+
+    #[test]
+    fn a_retry_resends_the_same_batch_with_the_same_sequence() {
+        let mut buffer = ReportBuffer::new(limits(10));
+        buffer.push_event(leader(1));
+        let first = buffer.next_batch().cloned().unwrap();
+        buffer.push_event(leader(2));
+        assert_eq!(
+            buffer.next_batch(),
+            Some(&first),
+            "unacknowledged: same batch again"
+        );
+        buffer.acknowledged(first.sequence);
+        let second = buffer.next_batch().cloned().unwrap();
+        assert_eq!(second.sequence, first.sequence + 1);
+        assert_eq!(second.events, vec![leader(2)]);
+    }
+
+    #[test]
+    fn a_full_buffer_drops_depth_samples_before_state_changing_events_and_counts_them() {
+        let mut buffer = ReportBuffer::new(limits(4));
+        buffer.push_event(dead_letter(1));
+        buffer.push_depth_tick(tick(0, 3));
+        buffer.push_event(leader(2));
+        // The samples made room for the event.
+        let batch = buffer.next_batch().cloned().unwrap();
+        assert_eq!(batch.dropped.depth_samples, 3);
+        assert_eq!(batch.dropped.total(), 3);
+        assert_eq!(batch.events, vec![dead_letter(1), leader(2)]);
+        buffer.acknowledged(batch.sequence);
+        // With no samples left to give, the oldest event goes, counted by kind.
+        for n in 0..5 {
+            buffer.push_event(dead_letter(10 + n));
+        }
+        let batch = buffer.next_batch().cloned().unwrap();
+        assert_eq!(batch.dropped.dead_letters, 1);
+        assert_eq!(batch.events.first(), Some(&dead_letter(11)));
+        // And samples never push out an event.
+        buffer.acknowledged(batch.sequence);
+        for n in 0..4 {
+            buffer.push_event(dead_letter(20 + n));
+        }
+        buffer.push_depth_tick(tick(1, 1));
+        let batch = buffer.next_batch().cloned().unwrap();
+        assert_eq!(batch.events.len(), 4);
+        assert_eq!(batch.dropped.depth_samples, 1);
+    }
+
+    #[test]
+    fn drop_counts_travel_with_the_next_acknowledged_batch_only_once() {
+        let mut buffer = ReportBuffer::new(limits(2));
+        buffer.push_depth_tick(tick(0, 2));
+        buffer.push_depth_tick(tick(1, 2));
+        let batch = buffer.next_batch().cloned().unwrap();
+        assert_eq!(batch.dropped.depth_samples, 2);
+        buffer.acknowledged(batch.sequence);
+        buffer.push_event(leader(5));
+        assert_eq!(buffer.next_batch().unwrap().dropped.total(), 0);
+    }
+
+    proptest! {
+        #[test]
+        fn nothing_is_lost_without_being_counted(
+            ops in proptest::collection::vec(0u8..4, 1..300),
+            items in 1usize..20,
+        ) {
+            let mut buffer = ReportBuffer::new(BufferLimits { items, batch_events: 7 });
+            let (mut events_in, mut samples_in) = (0u64, 0u64);
+            let (mut events_out, mut samples_out, mut dropped) = (0u64, 0u64, 0u64);
+            for (i, op) in ops.into_iter().enumerate() {
+                match op {
+                    0 => { buffer.push_event(dead_letter(i as u64)); events_in += 1; }
+                    1 => { buffer.push_depth_tick(tick(i as i64, 2)); samples_in += 2; }
+                    2 => {
+                        if let Some(batch) = buffer.next_batch().cloned() {
+                            events_out += batch.events.len() as u64;
+                            samples_out += batch.depth_ticks.iter().map(|t| t.samples.len() as u64).sum::<u64>();
+                            dropped += batch.dropped.total();
+                            buffer.acknowledged(batch.sequence);
+                        }
+                    }
+                    _ => { let _ = buffer.next_batch(); }
+                }
+            }
+            while let Some(batch) = buffer.next_batch().cloned() {
+                events_out += batch.events.len() as u64;
+                samples_out += batch.depth_ticks.iter().map(|t| t.samples.len() as u64).sum::<u64>();
+                dropped += batch.dropped.total();
+                buffer.acknowledged(batch.sequence);
+            }
+            prop_assert_eq!(events_in + samples_in, events_out + samples_out + dropped);
+        }
+    }
+}

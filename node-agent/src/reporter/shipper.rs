@@ -1,0 +1,82 @@
+//! Ships batches to the control plane over HTTP, retrying with backoff while it is away.
+
+use std::time::Duration;
+
+use troupe_protocol::{AgentIdentity, IngestAck, PROTOCOL_VERSION, ReportBatch};
+
+use super::buffer::Pending;
+
+/// Why a batch was not accepted.
+#[derive(Debug, thiserror::Error)]
+pub enum ShipError {
+    /// The server could not be reached or did not answer in time.
+    #[error("control plane unreachable: {0}")]
+    Unreachable(#[from] reqwest::Error),
+    /// The server refused the batch.
+    #[error("control plane refused the batch: HTTP {status}: {body}")]
+    Refused {
+        /// The HTTP status.
+        status: u16,
+        /// What it said.
+        body: String,
+    },
+}
+
+/// An HTTP client for the ingest endpoint.
+#[derive(Debug, Clone)]
+pub struct Shipper {
+    client: reqwest::Client,
+    url: String,
+    token: String,
+    identity: AgentIdentity,
+}
+
+impl Shipper {
+    /// A shipper posting to `<base>/api/v1/ingest` with `token`.
+    ///
+    /// # Panics
+    /// When the HTTP client cannot be built (no TLS roots).
+    #[must_use]
+    pub fn new(base_url: &str, token: &str, identity: AgentIdentity) -> Self {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .build()
+            .expect("HTTP client");
+        Self {
+            client,
+            url: format!("{}/api/v1/ingest", base_url.trim_end_matches('/')),
+            token: token.to_owned(),
+            identity,
+        }
+    }
+
+    /// Post one batch; `Ok` once the server acknowledged it (stored now, or before).
+    pub async fn ship(&self, pending: &Pending, sent_at_ms: i64) -> Result<IngestAck, ShipError> {
+        let batch = ReportBatch {
+            version: PROTOCOL_VERSION,
+            identity: self.identity.clone(),
+            sequence: pending.sequence,
+            sent_at_ms,
+            events: pending.events.clone(),
+            depth_samples: pending.depth_ticks.clone(),
+            dropped: pending.dropped,
+        };
+        let response = self
+            .client
+            .post(&self.url)
+            .bearer_auth(&self.token)
+            .json(&batch)
+            .send()
+            .await?;
+        let status = response.status();
+        if status.is_success() {
+            Ok(response.json::<IngestAck>().await?)
+        } else {
+            let body = response.text().await.unwrap_or_default();
+            Err(ShipError::Refused {
+                status: status.as_u16(),
+                body,
+            })
+        }
+    }
+}
