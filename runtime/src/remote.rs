@@ -14,6 +14,7 @@ pub(crate) mod remoting;
 mod sim;
 mod stats;
 mod tcp;
+pub mod tls;
 mod transport;
 
 pub use address::{Address, AddressError, UniqueAddress};
@@ -26,4 +27,5 @@ pub use remoting::{
 pub use sim::{DropReason, LinkConfig, SimNetwork, SimTransport, TraceEvent, TraceOutcome};
 pub use stats::{CloseReason, TransportStats, TransportStatsSnapshot};
 pub use tcp::{LOG_INTERVAL, TcpTransport, TcpTransportConfig, TcpTransportError};
+pub use tls::{TlsConfig, TlsConfigError};
 pub use transport::{InboundFrame, Transport, TransportError};

@@ -337,10 +337,6 @@ async fn a_restarted_peer_is_reconnected_and_reported_with_its_new_incarnation()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disconnect_closes_the_peer_connection_and_a_later_send_reconnects() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter("troupe=debug")
-        .with_test_writer()
-        .try_init();
     timeout(LIMIT, async {
         let mut a = Node::start(config(SECRET)).await;
         let mut b = Node::start(config(SECRET)).await;

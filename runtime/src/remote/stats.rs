@@ -15,6 +15,8 @@ use tokio::sync::watch;
 pub enum CloseReason {
     /// The handshake failed: wrong secret, other version, garbage, timeout.
     HandshakeRejected,
+    /// The TLS handshake failed: no or an untrusted certificate, a plain-TCP peer, timeout.
+    TlsRejected,
     /// A length prefix announced more than the maximum frame size.
     OversizedFrame,
     /// The peer closed the stream in the middle of a frame.
@@ -37,8 +39,9 @@ pub enum CloseReason {
 
 impl CloseReason {
     /// Every reason, in counter order.
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 11] = [
         Self::HandshakeRejected,
+        Self::TlsRejected,
         Self::OversizedFrame,
         Self::TruncatedFrame,
         Self::UnexpectedBytes,
@@ -59,6 +62,7 @@ impl CloseReason {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::HandshakeRejected => "handshake_rejected",
+            Self::TlsRejected => "tls_rejected",
             Self::OversizedFrame => "oversized_frame",
             Self::TruncatedFrame => "truncated_frame",
             Self::UnexpectedBytes => "unexpected_bytes",
@@ -189,7 +193,7 @@ pub struct TransportStatsSnapshot {
     pub bytes_out: u64,
     /// Handshakes that verified the peer.
     pub handshakes_ok: u64,
-    /// Handshakes that failed, on either side of the connection.
+    /// Handshakes (TLS or the secret handshake) that failed, on either side of the connection.
     pub handshakes_rejected: u64,
     /// Outbound connection attempts that failed before a handshake could start.
     pub connect_failures: u64,

@@ -39,7 +39,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use rand::RngCore;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::{AbortHandle, JoinHandle};
@@ -54,6 +54,7 @@ use super::handshake::{
     MAX_HANDSHAKE_MESSAGE_LEN, NONCE_LEN, Role, step,
 };
 use super::stats::{CloseReason, TransportStats, TransportStatsSnapshot};
+use super::tls::{self, TlsConfig};
 use super::transport::{InboundFrame, Transport, TransportError};
 
 /// At most one `warn` line per peer IP in this interval.
@@ -78,6 +79,7 @@ pub struct TcpTransportConfig {
     reconnect_backoff_min: Duration,
     reconnect_backoff_max: Duration,
     handshake_timeout: Duration,
+    tls: Option<TlsConfig>,
 }
 
 impl TcpTransportConfig {
@@ -98,7 +100,16 @@ impl TcpTransportConfig {
             reconnect_backoff_min: Duration::from_millis(100),
             reconnect_backoff_max: Duration::from_secs(5),
             handshake_timeout: Duration::from_secs(5),
+            tls: None,
         }
+    }
+
+    /// Wrap every connection in mutual TLS (default: plain TCP). Both ends of a link must
+    /// agree; a plain-TCP peer cannot talk to a TLS node.
+    #[must_use]
+    pub fn with_tls(mut self, tls: TlsConfig) -> Self {
+        self.tls = Some(tls);
+        self
     }
 
     /// The host peers use to reach this node (default: the bind IP).
@@ -236,6 +247,7 @@ struct Shared {
     backoff_min: Duration,
     backoff_max: Duration,
     handshake_timeout: Duration,
+    tls: Option<TlsConfig>,
     inbound: mpsc::Sender<InboundFrame>,
     stats: Arc<TransportStats>,
     runtime: tokio::runtime::Handle,
@@ -294,6 +306,7 @@ impl TcpTransport {
             backoff_min: config.reconnect_backoff_min,
             backoff_max: config.reconnect_backoff_max,
             handshake_timeout: config.handshake_timeout,
+            tls: config.tls,
             inbound,
             stats: Arc::new(TransportStats::default()),
             runtime: tokio::runtime::Handle::current(),
@@ -426,6 +439,12 @@ impl Shared {
         }
     }
 
+    /// Counts a failed TLS handshake as a rejected handshake closed for `TlsRejected`.
+    fn tls_rejected(&self, peer_ip: Option<IpAddr>, detail: &dyn fmt::Display) {
+        self.stats.handshake_rejected();
+        self.record_close(CloseReason::TlsRejected, peer_ip, detail);
+    }
+
     /// Counts a closed connection and logs it (abnormal reasons at warn, rate-limited).
     fn record_close(
         &self,
@@ -437,6 +456,7 @@ impl Shared {
         let abnormal = matches!(
             reason,
             CloseReason::HandshakeRejected
+                | CloseReason::TlsRejected
                 | CloseReason::OversizedFrame
                 | CloseReason::TruncatedFrame
                 | CloseReason::UnexpectedBytes
@@ -496,9 +516,9 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
 
 /// Runs the handshake on a fresh connection; returns the verified peer and any bytes that
 /// followed the handshake in the same reads.
-async fn handshake(
+async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
     shared: &Shared,
-    stream: &mut TcpStream,
+    stream: &mut S,
     role: Role,
     expected_peer: Option<Address>,
     deadline: Instant,
@@ -519,7 +539,11 @@ async fn handshake(
                     out.clear();
                     encode_frame(&message, MAX_HANDSHAKE_MESSAGE_LEN, &mut out)
                         .map_err(HandshakeRejection::Frame)?;
-                    match timeout_at(deadline, stream.write_all(&out)).await {
+                    let write = async {
+                        stream.write_all(&out).await?;
+                        stream.flush().await
+                    };
+                    match timeout_at(deadline, write).await {
                         Ok(Ok(())) => {}
                         Ok(Err(_)) => return Err(HandshakeRejection::Closed),
                         Err(_) => return Err(HandshakeRejection::TimedOut),
@@ -545,14 +569,37 @@ async fn handshake(
     }
 }
 
-async fn serve_inbound(shared: Arc<Shared>, mut stream: TcpStream, remote: SocketAddr) {
-    let mut shutdown = shared.shutdown.subscribe();
+async fn serve_inbound(shared: Arc<Shared>, stream: TcpStream, remote: SocketAddr) {
     let _ = stream.set_nodelay(true);
     let deadline = Instant::now() + shared.handshake_timeout;
+    let Some(tls) = &shared.tls else {
+        return serve_connection(&shared, stream, remote, deadline).await;
+    };
+    let mut shutdown = shared.shutdown.subscribe();
+    let accepted = tokio::select! {
+        biased;
+        _ = until_true(&mut shutdown) => return,
+        accepted = timeout_at(deadline, tls.acceptor().accept(stream)) => accepted,
+    };
+    match accepted {
+        Ok(Ok(stream)) => serve_connection(&shared, stream, remote, deadline).await,
+        Ok(Err(e)) => shared.tls_rejected(Some(remote.ip()), &e),
+        Err(_) => shared.tls_rejected(Some(remote.ip()), &"TLS handshake timed out"),
+    }
+}
+
+/// Authenticates an accepted connection, then reads its frames until it ends.
+async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
+    shared: &Shared,
+    mut stream: S,
+    remote: SocketAddr,
+    deadline: Instant,
+) {
+    let mut shutdown = shared.shutdown.subscribe();
     let outcome = tokio::select! {
         biased;
         _ = until_true(&mut shutdown) => return,
-        outcome = handshake(&shared, &mut stream, Role::Acceptor, None, deadline) => outcome,
+        outcome = handshake(shared, &mut stream, Role::Acceptor, None, deadline) => outcome,
     };
     let (peer, buf) = match outcome {
         Ok(established) => established,
@@ -597,15 +644,8 @@ async fn serve_inbound(shared: Arc<Shared>, mut stream: TcpStream, remote: Socke
         guard = turn.lock_owned() => guard,
     };
 
-    let (reason, detail) = read_frames(
-        &shared,
-        &mut stream,
-        &peer,
-        buf,
-        &mut shutdown,
-        &mut stopped,
-    )
-    .await;
+    let (reason, detail) =
+        read_frames(shared, &mut stream, &peer, buf, &mut shutdown, &mut stopped).await;
     {
         let mut readers = shared.readers.lock();
         if readers
@@ -623,9 +663,9 @@ async fn serve_inbound(shared: Arc<Shared>, mut stream: TcpStream, remote: Socke
 }
 
 /// Reads frames until the connection ends; returns why it ended.
-async fn read_frames(
+async fn read_frames<R: AsyncRead + Unpin>(
     shared: &Shared,
-    stream: &mut TcpStream,
+    stream: &mut R,
     peer: &UniqueAddress,
     mut buf: BytesMut,
     shutdown: &mut watch::Receiver<bool>,
@@ -688,6 +728,19 @@ async fn read_frames(
                 };
             }
             Ok(_) => {}
+            // A TLS peer that closes without close_notify: judge the stream like a plain EOF.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return match decoder.finish(&buf) {
+                    Ok(()) => (
+                        CloseReason::PeerClosed,
+                        format!("peer closed the connection ({e})"),
+                    ),
+                    Err(e @ FrameError::Oversized { .. }) => {
+                        (CloseReason::OversizedFrame, e.to_string())
+                    }
+                    Err(e) => (CloseReason::TruncatedFrame, e.to_string()),
+                };
+            }
             Err(e) => return (CloseReason::IoError, e.to_string()),
         }
     }
@@ -742,11 +795,36 @@ async fn run_writer(shared: Arc<Shared>, peer: Address, mut queue: mpsc::Receive
             attempt = connect(&shared, &peer, deadline) => attempt,
         };
         match attempt {
-            Ok((stream, remote_peer)) => {
+            Ok((connection, remote_peer, ip)) => {
                 backoff = shared.backoff_min;
                 tracing::debug!(peer = %remote_peer, "outbound connection established");
-                let ip = stream.peer_addr().ok().map(|a| a.ip());
-                match write_frames(&shared, stream, &mut queue, &mut pending, &mut shutdown).await {
+                let end = match connection {
+                    Connection::Plain(stream) => {
+                        let (read_half, write_half) = stream.into_split();
+                        write_frames(
+                            &shared,
+                            read_half,
+                            write_half,
+                            &mut queue,
+                            &mut pending,
+                            &mut shutdown,
+                        )
+                        .await
+                    }
+                    Connection::Tls(stream) => {
+                        let (read_half, write_half) = tokio::io::split(*stream);
+                        write_frames(
+                            &shared,
+                            read_half,
+                            write_half,
+                            &mut queue,
+                            &mut pending,
+                            &mut shutdown,
+                        )
+                        .await
+                    }
+                };
+                match end {
                     WriterEnd::Stop => return,
                     WriterEnd::Lost(reason, detail) => {
                         shared.record_close(
@@ -769,13 +847,20 @@ async fn run_writer(shared: Arc<Shared>, peer: Address, mut queue: mpsc::Receive
     }
 }
 
-/// Dials `peer` and runs the handshake; failures are counted and logged here.
+/// An established outbound connection.
+enum Connection {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+/// Dials `peer`, wraps the connection in TLS when configured, and runs the handshake;
+/// failures are counted and logged here.
 async fn connect(
     shared: &Shared,
     peer: &Address,
     deadline: Instant,
-) -> Result<(TcpStream, UniqueAddress), ()> {
-    let mut stream = match timeout_at(deadline, TcpStream::connect(dial_target(peer))).await {
+) -> Result<(Connection, UniqueAddress, Option<IpAddr>), ()> {
+    let stream = match timeout_at(deadline, TcpStream::connect(dial_target(peer))).await {
         Ok(Ok(stream)) => stream,
         Ok(Err(e)) => {
             shared.stats.connect_failed();
@@ -790,9 +875,46 @@ async fn connect(
     };
     let _ = stream.set_nodelay(true);
     let ip = stream.peer_addr().ok().map(|a| a.ip());
+    let Some(tls_config) = &shared.tls else {
+        let mut stream = stream;
+        let verified = authenticate(shared, &mut stream, peer, deadline, ip).await?;
+        return Ok((Connection::Plain(stream), verified, ip));
+    };
+    let Some(name) = tls::server_name(peer) else {
+        shared.stats.connect_failed();
+        tracing::warn!(%peer, "cannot use TLS: the host is neither an IP address nor a DNS name");
+        return Err(());
+    };
+    let mut stream = match timeout_at(deadline, tls_config.connector().connect(name, stream)).await
+    {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => {
+            shared.tls_rejected(ip, &format_args!("dialling {peer}: {e}"));
+            return Err(());
+        }
+        Err(_) => {
+            shared.tls_rejected(
+                ip,
+                &format_args!("dialling {peer}: TLS handshake timed out"),
+            );
+            return Err(());
+        }
+    };
+    let verified = authenticate(shared, &mut stream, peer, deadline, ip).await?;
+    Ok((Connection::Tls(Box::new(stream)), verified, ip))
+}
+
+/// Runs the handshake as the dialling side.
+async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
+    shared: &Shared,
+    stream: &mut S,
+    peer: &Address,
+    deadline: Instant,
+    ip: Option<IpAddr>,
+) -> Result<UniqueAddress, ()> {
     match handshake(
         shared,
-        &mut stream,
+        stream,
         Role::Initiator,
         Some(peer.clone()),
         deadline,
@@ -802,7 +924,7 @@ async fn connect(
         Ok((verified, leftover)) => {
             shared.stats.handshake_ok();
             if leftover.is_empty() {
-                Ok((stream, verified))
+                Ok(verified)
             } else {
                 shared.record_close(
                     CloseReason::UnexpectedBytes,
@@ -825,14 +947,14 @@ async fn connect(
 }
 
 /// Drains the queue into the connection until it breaks or the writer must stop.
-async fn write_frames(
+async fn write_frames<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     shared: &Shared,
-    stream: TcpStream,
+    mut read_half: R,
+    mut write_half: W,
     queue: &mut mpsc::Receiver<Bytes>,
     pending: &mut Option<Bytes>,
     shutdown: &mut watch::Receiver<bool>,
 ) -> WriterEnd {
-    let (mut read_half, mut write_half) = stream.into_split();
     let mut batch = BytesMut::with_capacity(READ_CHUNK);
     let mut probe = [0u8; 1];
     loop {
@@ -869,7 +991,11 @@ async fn write_frames(
         let written = tokio::select! {
             biased;
             _ = until_true(shutdown) => return WriterEnd::Stop,
-            written = write_half.write_all(&batch) => written,
+            // Flushing is free on TCP and pushes buffered records out under TLS.
+            written = async {
+                write_half.write_all(&batch).await?;
+                write_half.flush().await
+            } => written,
         };
         if let Err(e) = written {
             return WriterEnd::Lost(CloseReason::IoError, format!("{e} ({frames} frames lost)"));
