@@ -1,4 +1,5 @@
-//! From the runtime's events to the wire format the control plane stores.
+//! From the runtime's events to the wire format the control plane stores. Members are named
+//! by `host:port` (the cluster is in the batch's identity).
 
 use troupe::DeadLetter;
 use troupe::cluster::{ClusterEvent, ClusterView, Member, MemberStatus};
@@ -18,7 +19,7 @@ fn status(status: MemberStatus) -> troupe_protocol::MemberStatus {
 
 fn info(member: &Member) -> MemberInfo {
     MemberInfo {
-        address: member.address().to_string(),
+        address: member.address().host_port(),
         uid: member.node.incarnation,
         status: status(member.status),
         roles: member.roles.iter().cloned().collect(),
@@ -41,7 +42,7 @@ pub fn cluster_event(event: &ClusterEvent, view: &ClusterView, at_ms: i64) -> Ev
         view.observed_by
             .iter()
             .find(|(node, _)| *node == member.node)
-            .map(|(_, observers)| observers.iter().map(|o| o.address.to_string()).collect())
+            .map(|(_, observers)| observers.iter().map(|o| o.address.host_port()).collect())
             .unwrap_or_default()
     };
     let body = match event {
@@ -59,11 +60,20 @@ pub fn cluster_event(event: &ClusterEvent, view: &ClusterView, at_ms: i64) -> Ev
         }
         ClusterEvent::MemberReachable(m) => EventBody::MemberReachable(change(m, None, Vec::new())),
         ClusterEvent::LeaderChanged(leader) => EventBody::LeaderChanged(LeaderChange {
-            leader: leader.as_ref().map(ToString::to_string),
+            leader: leader.as_ref().map(troupe::remote::Address::host_port),
         }),
         ClusterEvent::SelfUp(m) => EventBody::SelfUp(change(m, None, Vec::new())),
     };
     Event { at_ms, body }
+}
+
+/// A path as the control plane shows it: `/user/worker` on the reporting node, the full
+/// `troupe://...@host:port/...` form for a path on another node.
+fn path(path: &troupe::ActorPath) -> String {
+    match path.address() {
+        Some(_) => path.to_string(),
+        None => path.elements().to_owned(),
+    }
 }
 
 /// A dead letter as a stored event.
@@ -72,8 +82,8 @@ pub fn dead_letter(letter: &DeadLetter, at_ms: i64) -> Event {
     Event {
         at_ms,
         body: EventBody::DeadLetter(DeadLetterEvent {
-            recipient: letter.recipient.to_string(),
-            sender: letter.sender.as_ref().map(ToString::to_string),
+            recipient: path(&letter.recipient),
+            sender: letter.sender.as_ref().map(path),
             message_type: letter.message_type.to_owned(),
             reason: letter.reason.to_string(),
         }),
