@@ -120,6 +120,24 @@ impl ReporterHandle {
     }
 }
 
+/// Carry out a member operation an operator queued on the control plane.
+fn carry_out(cluster: &Cluster, operation: &troupe_protocol::MemberOperation) {
+    let Some((host, port)) = operation.address.rsplit_once(':') else {
+        tracing::warn!(address = %operation.address, "member operation names no host:port; ignored");
+        return;
+    };
+    let Ok(port) = port.parse() else {
+        tracing::warn!(address = %operation.address, "member operation has a bad port; ignored");
+        return;
+    };
+    let address = troupe::remote::Address::new(&cluster.self_address().system, host, port);
+    tracing::info!(%address, operation = operation.operation.as_str(), "carrying out a member operation from the control plane");
+    match operation.operation {
+        troupe_protocol::OperationKind::Leave => cluster.leave_member(address),
+        troupe_protocol::OperationKind::Down => cluster.down(address),
+    }
+}
+
 /// Start reporting `cluster`'s events and `system`'s dead letters through `shipper`.
 #[must_use]
 pub fn start(
@@ -207,8 +225,11 @@ pub fn start(
                     let batch = buffer.lock().next_batch().cloned();
                     let Some(batch) = batch else { continue };
                     match shipper.ship(&batch, now_ms()).await {
-                        Ok(_) => {
+                        Ok(ack) => {
                             buffer.lock().acknowledged(batch.sequence);
+                            for operation in &ack.operations {
+                                carry_out(&cluster, operation);
+                            }
                             stats.batches_acknowledged.fetch_add(1, Ordering::Relaxed);
                             backoff = Duration::ZERO;
                         }

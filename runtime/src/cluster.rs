@@ -329,6 +329,16 @@ impl Cluster {
         self.inner.control.leave();
     }
 
+    /// Make the member at `address` leave gracefully (this node, or another: Akka's
+    /// `leave(address)`).
+    pub fn leave_member(&self, address: Address) {
+        if address == self.inner.me.address {
+            self.inner.control.leave();
+        } else {
+            self.inner.control.leave_member(address);
+        }
+    }
+
     /// Declare the member at `address` down.
     pub fn down(&self, address: Address) {
         self.inner.control.down(address);

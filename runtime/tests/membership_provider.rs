@@ -52,6 +52,7 @@ impl MembershipControl for Scripted {
     fn join(&self, _via: Address) {}
     fn leave(&self) {}
     fn down(&self, _node: Address) {}
+    fn leave_member(&self, _node: Address) {}
     fn shutdown(&self) {
         self.stopped.notify_waiters();
     }

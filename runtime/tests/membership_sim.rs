@@ -696,3 +696,24 @@ fn randomized_runs_over_200_seeds_keep_the_invariants() {
         }
     }
 }
+
+#[test]
+fn any_member_can_make_another_leave_gracefully() {
+    let mut sim = cluster_of(9, 3);
+    let target = sim.addresses[2].address.clone();
+    sim.api(0, Input::LeaveMember(target));
+    sim.run_until(Duration::from_secs(10), |s| {
+        s.nodes[2].terminated
+            && [0, 1]
+                .iter()
+                .all(|&i| s.view(i).members.len() == 2 && s.view(i).converged)
+    });
+    let events = sim.events_of(1);
+    let left = events.iter().position(|e| *e == "MemberLeft").unwrap();
+    let removed = events.iter().position(|e| *e == "MemberRemoved").unwrap();
+    assert!(left < removed, "{events:?}");
+    assert!(
+        !events.contains(&"MemberUnreachable"),
+        "a graceful leave is never unreachable: {events:?}"
+    );
+}

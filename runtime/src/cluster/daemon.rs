@@ -133,6 +133,10 @@ impl MembershipControl for GossipControl {
         self.daemon.tell(DaemonMsg::Api(Input::Down(node)));
     }
 
+    fn leave_member(&self, node: Address) {
+        self.daemon.tell(DaemonMsg::Api(Input::LeaveMember(node)));
+    }
+
     fn shutdown(&self) {
         self.daemon.stop();
     }

@@ -172,6 +172,9 @@ pub enum Input {
     Leave,
     /// Declare the member at this address down.
     Down(Address),
+    /// Make the member at this address leave gracefully (any member may ask; the leaver sees
+    /// itself leaving through gossip and goes through exiting to removed).
+    LeaveMember(Address),
 }
 
 /// What the shell should do.
@@ -314,19 +317,22 @@ impl Membership {
                     actions.push(Action::Terminate);
                 }
             },
-            Input::Down(address) => {
-                if self.phase == Phase::Member
-                    && let Some(member) = self.gossip.member_at(&address)
-                {
-                    let node = member.node.clone();
-                    if self.gossip.set_status(&node, MemberStatus::Down) {
-                        self.gossip.bump(&self.me);
-                    }
-                }
-            }
+            Input::Down(address) => self.set_status_at(&address, MemberStatus::Down),
+            Input::LeaveMember(address) => self.set_status_at(&address, MemberStatus::Leaving),
         }
         self.check_exit(now, &mut actions);
         actions
+    }
+
+    fn set_status_at(&mut self, address: &Address, status: MemberStatus) {
+        if self.phase == Phase::Member
+            && let Some(member) = self.gossip.member_at(address)
+        {
+            let node = member.node.clone();
+            if self.gossip.set_status(&node, status) {
+                self.gossip.bump(&self.me);
+            }
+        }
     }
 
     fn join_via(&mut self, address: Address, now: Instant, actions: &mut Vec<Action>) {

@@ -76,6 +76,8 @@ pub trait MembershipControl: Send + Sync + 'static {
     fn leave(&self);
     /// Declare the member at `node` down.
     fn down(&self, node: Address);
+    /// Make the member at `node` leave gracefully.
+    fn leave_member(&self, node: Address);
     /// Stop taking part at once (no graceful leave).
     fn shutdown(&self);
     /// Resolves when the provider has stopped.
