@@ -8,6 +8,9 @@ use troupe::remote::WireEnvelope;
 fuzz_target!(|data: &[u8]| {
     if let Ok(envelope) = WireEnvelope::decode(data) {
         let encoded = envelope.encode().expect("a decoded envelope re-encodes");
-        assert_eq!(WireEnvelope::decode(&encoded).expect("re-decodes"), envelope);
+        assert_eq!(
+            WireEnvelope::decode(&encoded).expect("re-decodes"),
+            envelope
+        );
     }
 });
