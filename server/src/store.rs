@@ -19,7 +19,9 @@ mod rows;
 mod sqlite;
 mod state;
 
+use std::collections::HashMap;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -173,17 +175,27 @@ macro_rules! apply_state_changes {
     }};
 }
 
-/// Begins the ingest transaction `$tx`: cluster and agent rows, then the batch marker.
-/// Evaluates to `Some((cluster_id, agent_id))`, or `None` for a batch stored before.
+/// Begins the ingest transaction `$tx`: cluster (unless its id is known) and agent rows, then
+/// the batch marker. Evaluates to `(cluster_id, Some(agent_id))`, or `(cluster_id, None)` for a
+/// batch stored before.
 macro_rules! begin_batch {
-    ($tx:expr, $batch:expr, $received_ms:expr) => {{
+    ($tx:expr, $batch:expr, $received_ms:expr, $known_cluster:expr) => {{
         let batch: &ReportBatch = $batch;
         let id = &batch.identity;
-        let cluster_id: i64 = sqlx::query_scalar(crate::store::sql::UPSERT_CLUSTER)
-            .bind(&id.cluster)
-            .bind($received_ms)
-            .fetch_one(&mut *$tx)
-            .await?;
+        let cluster_id: i64 = match $known_cluster {
+            Some(cluster_id) => cluster_id,
+            None => {
+                sqlx::query(crate::store::sql::INSERT_CLUSTER)
+                    .bind(&id.cluster)
+                    .bind($received_ms)
+                    .execute(&mut *$tx)
+                    .await?;
+                sqlx::query_scalar(crate::store::sql::CLUSTER_ID)
+                    .bind(&id.cluster)
+                    .fetch_one(&mut *$tx)
+                    .await?
+            }
+        };
         let d = &batch.dropped;
         let agent_id: i64 = sqlx::query_scalar(crate::store::sql::UPSERT_AGENT)
             .bind(cluster_id)
@@ -210,7 +222,7 @@ macro_rules! begin_batch {
             .execute(&mut *$tx)
             .await?
             .rows_affected();
-        (fresh == 1).then_some((cluster_id, agent_id))
+        (cluster_id, (fresh == 1).then_some(agent_id))
     }};
 }
 
@@ -276,6 +288,8 @@ enum Backend {
 #[derive(Debug, Clone)]
 pub struct Store {
     backend: Backend,
+    /// Ids of clusters known to exist (clusters are never deleted).
+    cluster_ids: Arc<Mutex<HashMap<String, i64>>>,
 }
 
 /// Filters for [`Store::events`].
@@ -324,9 +338,7 @@ impl Store {
             .connect_with(options)
             .await?;
         sqlx::migrate!("../migrations/postgres").run(&pool).await?;
-        Ok(Self {
-            backend: Backend::Postgres(pool),
-        })
+        Ok(Self::with_backend(Backend::Postgres(pool)))
     }
 
     /// Opens (creating if missing) the SQLite file at `path` and applies the migrations.
@@ -343,9 +355,14 @@ impl Store {
             .connect_with(options)
             .await?;
         sqlx::migrate!("../migrations/sqlite").run(&pool).await?;
-        Ok(Self {
-            backend: Backend::Sqlite(pool),
-        })
+        Ok(Self::with_backend(Backend::Sqlite(pool)))
+    }
+
+    fn with_backend(backend: Backend) -> Self {
+        Self {
+            backend,
+            cluster_ids: Arc::default(),
+        }
     }
 
     /// Which backend this store uses.
@@ -377,10 +394,22 @@ impl Store {
         batch: &ReportBatch,
         received_ms: i64,
     ) -> Result<IngestOutcome, StoreError> {
-        match &self.backend {
-            Backend::Postgres(pool) => postgres::ingest(pool, batch, received_ms).await,
-            Backend::Sqlite(pool) => sqlite::ingest(pool, batch, received_ms).await,
+        let known = self
+            .cluster_ids
+            .lock()
+            .ok()
+            .and_then(|ids| ids.get(&batch.identity.cluster).copied());
+        let (outcome, cluster_id) = match &self.backend {
+            Backend::Postgres(pool) => postgres::ingest(pool, batch, received_ms, known).await?,
+            Backend::Sqlite(pool) => sqlite::ingest(pool, batch, received_ms, known).await?,
+        };
+        // Only after the commit: a rolled-back insert must not be remembered.
+        if known.is_none()
+            && let Ok(mut ids) = self.cluster_ids.lock()
+        {
+            ids.insert(batch.identity.cluster.clone(), cluster_id);
         }
+        Ok(outcome)
     }
 
     /// Every cluster, by name.

@@ -52,6 +52,7 @@ store_suite!(
     retention_deletes_only_history_older_than_the_cutoff,
     member_operation_is_delivered_once_with_the_next_ack,
     depth_ticks_are_stored_one_row_per_tick,
+    concurrent_batches_touching_the_same_members_in_opposite_orders_all_commit,
 );
 
 async fn cluster_id(store: &Store, name: &str) -> i64 {
@@ -545,4 +546,41 @@ async fn sqlite_store_persists_across_reopen() {
     assert!(reopened.ingest(&batch, 2).await.unwrap().duplicate);
     assert_eq!(reopened.totals().await.unwrap().dead_letters, 1);
     reopened.close().await;
+}
+
+async fn concurrent_batches_touching_the_same_members_in_opposite_orders_all_commit(store: &Store) {
+    let addresses = ["m:1", "m:2", "m:3", "m:4"];
+    let mut sends = Vec::new();
+    for agent in 0..8u64 {
+        let mut order = addresses.to_vec();
+        if agent % 2 == 1 {
+            order.reverse();
+        }
+        for sequence in 1..=5u64 {
+            let mut batch = BatchBuilder::new("app", &format!("a:{agent}"), sequence);
+            for (i, address) in order.iter().enumerate() {
+                batch = batch.member(
+                    i as i64,
+                    EventBody::MemberUp,
+                    address,
+                    MemberStatus::Up,
+                    &[],
+                );
+            }
+            let store = store.clone();
+            sends.push(tokio::spawn(async move {
+                store.ingest(&batch.build(), 1).await
+            }));
+        }
+    }
+    for send in sends {
+        assert!(
+            !send
+                .await
+                .unwrap()
+                .expect("no deadlock, no error")
+                .duplicate
+        );
+    }
+    assert_eq!(store.totals().await.unwrap().batches, 40);
 }

@@ -3,10 +3,13 @@
 
 // --- ingest ---
 
-pub(crate) const UPSERT_CLUSTER: &str = "\
+/// A known cluster is left alone: updating its row on every batch would make every agent's
+/// ingest transaction wait for the others' (the row lock is held until commit).
+pub(crate) const INSERT_CLUSTER: &str = "\
 INSERT INTO clusters (name, first_seen_ms, last_report_ms) VALUES ($1, $2, $2)
-ON CONFLICT (name) DO UPDATE SET last_report_ms = excluded.last_report_ms
-RETURNING id";
+ON CONFLICT (name) DO NOTHING";
+
+pub(crate) const CLUSTER_ID: &str = "SELECT id FROM clusters WHERE name = $1";
 
 /// Dropped counts are running totals: keep the largest seen, whatever order batches arrive in.
 pub(crate) const UPSERT_AGENT: &str = "\
@@ -112,11 +115,18 @@ INSERT INTO depth_ticks (cluster_id, agent_id, at_ms, samples) VALUES ($1, $2, $
 
 // --- queries ---
 
+/// The latest report of a cluster is its agents' latest (see `INSERT_CLUSTER`).
 pub(crate) const CLUSTERS: &str = "\
-SELECT id, name, leader, first_seen_ms, last_report_ms FROM clusters ORDER BY name";
+SELECT c.id, c.name, c.leader, c.first_seen_ms,
+    COALESCE((SELECT MAX(a.last_report_ms) FROM agents a WHERE a.cluster_id = c.id),
+        c.last_report_ms) AS last_report_ms
+FROM clusters c ORDER BY c.name";
 
 pub(crate) const CLUSTER: &str = "\
-SELECT id, name, leader, first_seen_ms, last_report_ms FROM clusters WHERE name = $1";
+SELECT c.id, c.name, c.leader, c.first_seen_ms,
+    COALESCE((SELECT MAX(a.last_report_ms) FROM agents a WHERE a.cluster_id = c.id),
+        c.last_report_ms) AS last_report_ms
+FROM clusters c WHERE c.name = $1";
 
 pub(crate) const MEMBERS: &str = "\
 SELECT address, uid, status, roles, status_ms, reachable, observers

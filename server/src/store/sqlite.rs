@@ -13,13 +13,16 @@ pub(super) async fn ingest(
     pool: &SqlitePool,
     batch: &ReportBatch,
     received_ms: i64,
-) -> Result<IngestOutcome, StoreError> {
+    known_cluster: Option<i64>,
+) -> Result<(IngestOutcome, i64), StoreError> {
     let rows = BatchRows::from_batch(batch)?;
     let changes = state_changes(batch);
     let mut tx = pool.begin().await?;
-    let Some((cluster_id, agent_id)) = begin_batch!(tx, batch, received_ms) else {
+    let (cluster_id, agent_id) = begin_batch!(tx, batch, received_ms, known_cluster);
+    let Some(agent_id) = agent_id else {
+        // Stored before; the cluster therefore exists and its id is committed.
         tx.rollback().await?;
-        return Ok(IngestOutcome::duplicate());
+        return Ok((IngestOutcome::duplicate(), cluster_id));
     };
     let e = &rows.events;
     for i in 0..e.at_ms.len() {
@@ -59,5 +62,5 @@ pub(super) async fn ingest(
     apply_state_changes!(tx, cluster_id, agent_id, &changes);
     let operations = take_operations!(tx, cluster_id, received_ms);
     tx.commit().await?;
-    Ok(rows.outcome(operations))
+    Ok((rows.outcome(operations), cluster_id))
 }

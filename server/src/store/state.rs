@@ -68,13 +68,66 @@ pub(crate) enum StateChange {
 }
 
 /// The state changes in `batch`, in batch order.
+///
+/// Member status, reachability, leader and health changes overwrite whole values, so only the
+/// last one per member (or per cluster, per agent) in a batch is kept: a busy batch costs one
+/// upsert per member, not one per event. Singleton and router changes merge fields or depend
+/// on the stored row, so all of them are kept.
 pub(crate) fn state_changes(batch: &ReportBatch) -> Vec<StateChange> {
     let reporter = &batch.identity;
-    batch
+    let all: Vec<StateChange> = batch
         .events
         .iter()
         .filter_map(|event| change_for(reporter, event.at_ms, &event.body))
-        .collect()
+        .collect();
+    // Walk backwards so the last change per key is the one seen first.
+    let mut seen = std::collections::HashSet::new();
+    let mut kept: Vec<StateChange> = all
+        .iter()
+        .rev()
+        .filter(|change| change.overwrite_key().is_none_or(|key| seen.insert(key)))
+        .cloned()
+        .collect();
+    kept.reverse();
+    // Take row locks in one global order (table, then key) so that concurrent batches
+    // touching the same rows wait for each other instead of deadlocking; the sort is stable,
+    // so changes to one row keep their batch order.
+    kept.sort_by(|a, b| a.lock_order().cmp(&b.lock_order()));
+    kept
+}
+
+/// Which value a change overwrites whole, if it does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum OverwriteKey<'a> {
+    MemberStatus(&'a str),
+    Reachability(&'a str),
+    Leader,
+    Health,
+}
+
+impl StateChange {
+    /// The row this change locks, as (table rank, key).
+    fn lock_order(&self) -> (u8, &str) {
+        match self {
+            Self::Health { .. } => (0, ""),
+            Self::Leader { .. } => (1, ""),
+            Self::MemberStatus { address, .. } | Self::Reachability { address, .. } => (2, address),
+            Self::SingletonHosted { singleton, .. }
+            | Self::SingletonStopped { singleton, .. }
+            | Self::Lease { singleton, .. } => (3, singleton),
+            Self::Router { path, .. } => (4, path),
+        }
+    }
+
+    fn overwrite_key(&self) -> Option<OverwriteKey<'_>> {
+        match self {
+            Self::MemberStatus { address, .. } => Some(OverwriteKey::MemberStatus(address)),
+            Self::Reachability { address, .. } => Some(OverwriteKey::Reachability(address)),
+            Self::Leader { .. } => Some(OverwriteKey::Leader),
+            Self::Health { .. } => Some(OverwriteKey::Health),
+            _ => None,
+        }
+    }
 }
 
 fn roles_json(change: &MemberChange) -> String {
@@ -276,18 +329,39 @@ mod tests {
     }
 
     #[test]
-    fn member_status_changes_keep_batch_order_and_event_times() {
+    fn only_the_last_status_of_each_member_in_a_batch_is_applied() {
+        let mut other = change(MemberStatus::Up);
+        other.member.address = "c:1".into();
         let changes = state_changes(&batch(vec![
+            EventBody::MemberJoined(change(MemberStatus::Joining)),
+            EventBody::MemberUp(other),
             EventBody::MemberUp(change(MemberStatus::Up)),
+            EventBody::MemberUnreachable(change(MemberStatus::Up)),
             EventBody::MemberLeft(change(MemberStatus::Leaving)),
         ]));
-        let statuses: Vec<_> = changes
+        let applied: Vec<_> = changes
             .iter()
             .map(|c| match c {
-                StateChange::MemberStatus { status, at_ms, .. } => (*status, *at_ms),
+                StateChange::MemberStatus {
+                    address,
+                    status,
+                    at_ms,
+                    ..
+                } => (address.as_str(), *status, *at_ms),
+                StateChange::Reachability { address, at_ms, .. } => {
+                    (address.as_str(), "unreachable", *at_ms)
+                }
                 other => panic!("{other:?}"),
             })
             .collect();
-        assert_eq!(statuses, [("up", 0), ("leaving", 1)]);
+        assert_eq!(
+            applied,
+            [
+                ("b:1", "unreachable", 3),
+                ("b:1", "leaving", 4),
+                ("c:1", "up", 1),
+            ],
+            "the last change per member, in lock order, batch order within a member"
+        );
     }
 }
