@@ -14,9 +14,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use troupe::cluster::MembershipSettings;
 use troupe::remote::{Address, RemoteMessage};
-use troupe::singleton::{
-    SingletonEvent, SingletonKey, SingletonProxy, StartSingletonOptions,
-};
+use troupe::singleton::{SingletonEvent, SingletonKey, SingletonProxy, StartSingletonOptions};
 use troupe::testkit::{SimCluster, sim_address};
 use troupe::{Actor, ActorError, Context, Props, ReplyTo, Subscription};
 
@@ -209,7 +207,11 @@ pub(crate) fn key(role: Option<&str>) -> SingletonKey<Cmd> {
 }
 
 /// A simulated cluster of `roles.len()` nodes (node `i` carries `roles[i]`), all up.
-pub(crate) async fn cluster(seed: u64, roles: &[&[&str]], settings: MembershipSettings) -> SimCluster {
+pub(crate) async fn cluster(
+    seed: u64,
+    roles: &[&[&str]],
+    settings: MembershipSettings,
+) -> SimCluster {
     let mut sim = SimCluster::with_settings(seed, settings);
     for node_roles in roles {
         sim.start_node(node_roles);
@@ -239,13 +241,21 @@ pub(crate) fn start(
 }
 
 /// Start the singleton on node `i` with default options and a `post_stop` of `stop_delay`.
-pub(crate) fn start_default(sim: &SimCluster, i: usize, oracle: &Oracle, role: Option<&str>) -> SingletonProxy<Cmd> {
+pub(crate) fn start_default(
+    sim: &SimCluster,
+    i: usize,
+    oracle: &Oracle,
+    role: Option<&str>,
+) -> SingletonProxy<Cmd> {
     start(sim, i, oracle, role, |o| o)
 }
 
 /// Singleton events published on node `i`.
 pub(crate) fn events(sim: &SimCluster, i: usize) -> Subscription<SingletonEvent> {
-    sim.node(i).system.event_stream().subscribe::<SingletonEvent>()
+    sim.node(i)
+        .system
+        .event_stream()
+        .subscribe::<SingletonEvent>()
 }
 
 /// Everything waiting on a subscription now.
@@ -336,4 +346,16 @@ impl tracing::Subscriber for CaptureSubscriber {
     fn enter(&self, _: &tracing::span::Id) {}
 
     fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// Stop every node of `sim` (and its actor system), so that a test running many scenarios in
+/// one runtime does not keep paying for the finished ones.
+pub(crate) async fn shut_down_all(sim: &mut SimCluster) {
+    let systems: Vec<_> = sim.nodes().iter().map(|n| n.system.clone()).collect();
+    for i in 0..sim.nodes().len() {
+        sim.kill(i);
+    }
+    for system in systems {
+        system.shutdown().await;
+    }
 }
