@@ -92,7 +92,11 @@ use proxy::{ProxyActor, ProxyInternalMsg};
 /// managers by this convention.
 #[must_use]
 pub fn singleton_manager_path(system: &str, type_name: &str) -> String {
-    format!("{}://{system}{}", crate::SCHEME, manager_elements(type_name))
+    format!(
+        "{}://{system}{}",
+        crate::SCHEME,
+        manager_elements(type_name)
+    )
 }
 
 pub(crate) fn manager_elements(type_name: &str) -> String {
@@ -162,7 +166,9 @@ struct Entry {
 impl fmt::Debug for Registry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let names: Vec<Arc<str>> = self.entries.lock().keys().cloned().collect();
-        f.debug_struct("Registry").field("singletons", &names).finish()
+        f.debug_struct("Registry")
+            .field("singletons", &names)
+            .finish()
     }
 }
 
@@ -286,7 +292,10 @@ impl ClusterSingleton {
         options.validate()?;
         check_name(key.type_name())?;
         self.register_messages();
-        let role = options.role.clone().or_else(|| key.role().map(str::to_owned));
+        let role = options
+            .role
+            .clone()
+            .or_else(|| key.role().map(str::to_owned));
         let buffer_size = options.buffer_size;
         let spec = Arc::new(active_spec(options, role.clone()));
         let type_name = key.shared_name();
@@ -313,7 +322,9 @@ impl ClusterSingleton {
             entry.active = true;
             entry
                 .manager
-                .tell(ManagerMsg::internal(InternalMsg::Reconfigure { done: None }));
+                .tell(ManagerMsg::internal(InternalMsg::Reconfigure {
+                    done: None,
+                }));
         } else {
             let slot = Arc::new(ManagerSlot {
                 spec: Mutex::new(Some(spec)),
@@ -334,7 +345,8 @@ impl ClusterSingleton {
         }
         self.registry().bump();
         let entry = entries.get_mut(&type_name).expect("inserted above");
-        let proxy = self.proxy_for::<A::Msg>(&system, entry, &type_name, role, buffer_size, true)?;
+        let proxy =
+            self.proxy_for::<A::Msg>(&system, entry, &type_name, role, buffer_size, true)?;
         Ok(SingletonProxy::new(proxy))
     }
 
@@ -425,7 +437,9 @@ impl ClusterSingleton {
                     done: Some(done),
                 }));
             if let Some(proxy) = &entry.proxy {
-                proxy.tell(ProxyMsg::internal(ProxyInternalMsg::Reconfigure { role: None }));
+                proxy.tell(ProxyMsg::internal(ProxyInternalMsg::Reconfigure {
+                    role: None,
+                }));
             }
             waiting
         };
@@ -456,7 +470,11 @@ impl ClusterSingleton {
         slot: &Arc<ManagerSlot<M>>,
     ) -> Result<ActorRef<ManagerMsg>, SpawnError> {
         let parent = singleton_container(system)?;
-        let (name, cluster, slot) = (Arc::clone(type_name), self.cluster.clone(), Arc::clone(slot));
+        let (name, cluster, slot) = (
+            Arc::clone(type_name),
+            self.cluster.clone(),
+            Arc::clone(slot),
+        );
         let props = Props::new(move || {
             SingletonManager::<M>::new(Arc::clone(&name), cluster.clone(), Arc::clone(&slot))
         });
@@ -487,7 +505,12 @@ impl ClusterSingleton {
         let parent = singleton_container(system)?;
         let (name, cluster) = (Arc::clone(type_name), self.cluster.clone());
         let props = Props::new(move || {
-            ProxyActor::<M>::new(Arc::clone(&name), role.clone(), cluster.clone(), buffer_size)
+            ProxyActor::<M>::new(
+                Arc::clone(&name),
+                role.clone(),
+                cluster.clone(),
+                buffer_size,
+            )
         });
         let proxy = spawn_child(
             &parent,

@@ -135,7 +135,11 @@ async fn no_two_instances_under_random_graceful_leaves_and_hard_kills_without_a_
         "after a kill the singleton was back only after {:?}",
         worst(&kills)
     );
-    assert!(worst(&leaves) <= Duration::from_secs(1), "{:?}", worst(&leaves));
+    assert!(
+        worst(&leaves) <= Duration::from_secs(1),
+        "{:?}",
+        worst(&leaves)
+    );
 }
 
 /// What one partition scenario did.
@@ -272,21 +276,29 @@ async fn a_wedged_incumbent_gives_two_instances_after_the_hand_over_timeout_unle
         let oracle = Oracle::default();
         let arbiter = InMemoryLeaseArbiter::new(Duration::from_secs(3));
         let start_on = |sim: &SimCluster, i: usize, stop_delay| {
-            let mut options = StartSingletonOptions::new(worker(&oracle, sim_address(i), stop_delay))
-                .with_acquire_retry_interval(Duration::from_secs(1));
+            let mut options =
+                StartSingletonOptions::new(worker(&oracle, sim_address(i), stop_delay))
+                    .with_acquire_retry_interval(Duration::from_secs(1));
             if with_lease {
-                options = options.with_lease(arbiter.lease("scheduler", &sim_address(i).to_string()));
+                options =
+                    options.with_lease(arbiter.lease("scheduler", &sim_address(i).to_string()));
             }
-            sim.node(i).cluster.singleton().start(&key(Some("r")), options).unwrap();
+            sim.node(i)
+                .cluster
+                .singleton()
+                .start(&key(Some("r")), options)
+                .unwrap();
         };
         start_on(&sim, 2, Duration::from_secs(30));
         hosted_on(&sim, &oracle, 2).await;
         sim.restart_node(1, &["r"]);
         start_on(&sim, 1, Duration::ZERO);
         let moved = Instant::now();
-        sim.wait_until(Duration::from_secs(120), |_| oracle.lives().len() == 2).await;
+        sim.wait_until(Duration::from_secs(120), |_| oracle.lives().len() == 2)
+            .await;
         let spawned_after = moved.elapsed();
-        sim.wait_until(Duration::from_secs(120), |_| oracle.live().len() == 1).await;
+        sim.wait_until(Duration::from_secs(120), |_| oracle.live().len() == 1)
+            .await;
         let overlap: Duration = oracle.overlaps().iter().map(|(_, _, d)| *d).sum();
         eprintln!(
             "wedged incumbent (post_stop 30 s), lease: {with_lease}: new instance {spawned_after:?} after the host moved; two instances for {overlap:?}"

@@ -10,8 +10,8 @@ mod harness;
 use std::time::Duration;
 
 use harness::{
-    Cmd, LIMIT, Oracle, WarnCapture, assert_unique, cluster, drain, events, hosted_on, key,
-    start, start_default, worker,
+    Cmd, LIMIT, Oracle, WarnCapture, assert_unique, cluster, drain, events, hosted_on, key, start,
+    start_default, worker,
 };
 use tokio::time::Instant;
 use troupe::DeadLetter;
@@ -32,11 +32,8 @@ async fn hand_over_waits_for_post_stop_of_the_previous_instance() {
     let mut sim = cluster(201, &[&[], &[], &["r"]], MembershipSettings::default()).await;
     let oracle = Oracle::default();
     for i in 0..3 {
-        let options = StartSingletonOptions::new(worker(
-            &oracle,
-            sim_address(i),
-            Duration::from_secs(3),
-        ));
+        let options =
+            StartSingletonOptions::new(worker(&oracle, sim_address(i), Duration::from_secs(3)));
         sim.node(i)
             .cluster
             .singleton()
@@ -86,7 +83,11 @@ async fn a_silent_peer_is_asked_every_500ms_and_the_timeout_hosts_anyway_naming_
         hosted_after >= Duration::from_secs(10) && hosted_after < Duration::from_millis(10_100),
         "hosted after {hosted_after:?}"
     );
-    assert_eq!(requests.len(), 20, "first request + 19 resends: {requests:?}");
+    assert_eq!(
+        requests.len(),
+        20,
+        "first request + 19 resends: {requests:?}"
+    );
     for pair in requests.windows(2) {
         let gap = pair[1] - pair[0];
         assert!(
@@ -120,7 +121,11 @@ async fn a_proxy_only_node_acknowledges_at_once() {
     start_default(&sim, 0, &oracle, None);
     start_default(&sim, 1, &oracle, None);
     let took = hosted_on(&sim, &oracle, 0).await;
-    assert!(took < Duration::from_millis(100), "hosted after {:?}", started.elapsed());
+    assert!(
+        took < Duration::from_millis(100),
+        "hosted after {:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -206,7 +211,9 @@ async fn a_node_that_is_not_the_host_acknowledges_the_verified_requester() {
 async fn numbered_messages_through_proxies_survive_a_graceful_hand_over_in_order() {
     let sim = cluster(207, &[&[], &[], &[], &[]], MembershipSettings::default()).await;
     let oracle = Oracle::default();
-    let proxies: Vec<_> = (0..4).map(|i| start_default(&sim, i, &oracle, None)).collect();
+    let proxies: Vec<_> = (0..4)
+        .map(|i| start_default(&sim, i, &oracle, None))
+        .collect();
     hosted_on(&sim, &oracle, 0).await;
     const PER_PROXY: u64 = 2_000;
     let leave_at = 700;
@@ -230,7 +237,11 @@ async fn numbered_messages_through_proxies_survive_a_graceful_hand_over_in_order
             .filter(|j| **j / 1_000_000 == p)
             .map(|j| j % 1_000_000)
             .collect();
-        assert_eq!(mine, (0..PER_PROXY).collect::<Vec<_>>(), "proxy on node {p}");
+        assert_eq!(
+            mine,
+            (0..PER_PROXY).collect::<Vec<_>>(),
+            "proxy on node {p}"
+        );
     }
     let lives = oracle.lives();
     assert_eq!(lives.len(), 2, "{lives:?}");
@@ -256,8 +267,17 @@ async fn options_are_validated_at_start_with_an_error_naming_field_value_and_all
     assert!(message.contains("must be > 0"), "{message}");
     assert!(message.contains("got 0ms"), "{message}");
     // Nothing was started.
-    assert!(sim.node(0).cluster.singleton().status(&key(None)).await.is_none());
+    assert!(
+        sim.node(0)
+            .cluster
+            .singleton()
+            .status(&key(None))
+            .await
+            .is_none()
+    );
     // And a valid start after it works.
-    start(&sim, 0, &oracle, None, |o| o.with_hand_over_timeout(Duration::from_secs(3)));
+    start(&sim, 0, &oracle, None, |o| {
+        o.with_hand_over_timeout(Duration::from_secs(3))
+    });
     hosted_on(&sim, &oracle, 0).await;
 }

@@ -21,7 +21,13 @@ async fn the_first_address_sorted_up_member_hosts_and_every_node_agrees() {
         .collect();
     hosted_on(&sim, &oracle, 0).await;
     for i in 0..3 {
-        let status = sim.node(i).cluster.singleton().status(&key(None)).await.unwrap();
+        let status = sim
+            .node(i)
+            .cluster
+            .singleton()
+            .status(&key(None))
+            .await
+            .unwrap();
         assert_eq!(status.host, Some(sim_address(0)), "node {i}");
         assert_eq!(status.hosting, i == 0, "node {i}");
     }
@@ -43,8 +49,15 @@ async fn the_manager_lives_at_the_documented_path() {
     let oracle = Oracle::default();
     start_default(&sim, 0, &oracle, None);
     let path = singleton_manager_path("sim", "scheduler");
-    assert_eq!(path, "troupe://sim/system/cluster/singleton/manager-scheduler");
-    let manager = sim.node(0).system.resolve_any(&path).expect("manager at the path");
+    assert_eq!(
+        path,
+        "troupe://sim/system/cluster/singleton/manager-scheduler"
+    );
+    let manager = sim
+        .node(0)
+        .system
+        .resolve_any(&path)
+        .expect("manager at the path");
     assert_eq!(
         manager.path().elements(),
         "/system/cluster/singleton/manager-scheduler"
@@ -66,7 +79,11 @@ async fn with_a_role_the_first_up_member_carrying_it_hosts_not_the_leader() {
         start_default(&sim, i, &oracle, Some("r"));
     }
     hosted_on(&sim, &oracle, 1).await;
-    assert_eq!(sim.view(0).leader, Some(sim_address(0)), "the leader lacks the role");
+    assert_eq!(
+        sim.view(0).leader,
+        Some(sim_address(0)),
+        "the leader lacks the role"
+    );
     sim.run_for(Duration::from_secs(5)).await;
     assert_eq!(oracle.lives().len(), 1);
 }
@@ -78,7 +95,12 @@ async fn a_proxy_only_node_resolves_the_same_host_from_the_key_role() {
     start_default(&sim, 1, &oracle, Some("r"));
     start_default(&sim, 2, &oracle, Some("r"));
     // Node 0 only addresses it: it has the key, whose role says where to look.
-    let proxy = sim.node(0).cluster.singleton().proxy(&key(Some("r"))).unwrap();
+    let proxy = sim
+        .node(0)
+        .cluster
+        .singleton()
+        .proxy(&key(Some("r")))
+        .unwrap();
     hosted_on(&sim, &oracle, 1).await;
     proxy.tell(Cmd::Job(7));
     sim.wait_until(LIMIT, |_| oracle.jobs() == vec![7]).await;
@@ -111,9 +133,23 @@ async fn an_unreachable_incumbent_does_not_make_a_peer_promote_itself() {
             saw_leader_change = true;
         }
     }
-    assert!(saw_leader_change, "the partition changes the leader on node 1");
-    assert_eq!(oracle.lives().len(), 1, "nobody promoted itself: {:?}", oracle.lives());
-    let status = sim.node(1).cluster.singleton().status(&key(None)).await.unwrap();
+    assert!(
+        saw_leader_change,
+        "the partition changes the leader on node 1"
+    );
+    assert_eq!(
+        oracle.lives().len(),
+        1,
+        "nobody promoted itself: {:?}",
+        oracle.lives()
+    );
+    let status = sim
+        .node(1)
+        .cluster
+        .singleton()
+        .status(&key(None))
+        .await
+        .unwrap();
     assert_eq!(status.host, Some(sim_address(0)));
     assert!(!status.hosting);
     sim.heal();

@@ -88,7 +88,8 @@ async fn without_restart_on_termination_the_manager_latches_out_releases_the_lea
     let owner = sim_address(0).to_string();
     let lease = arbiter.lease("scheduler", &owner);
     let proxy = start(&sim, 0, &oracle, None, |o| {
-        o.with_restart_on_termination(false).with_lease(lease.clone())
+        o.with_restart_on_termination(false)
+            .with_lease(lease.clone())
     });
     start(&sim, 1, &oracle, None, |o| o);
     hosted_on(&sim, &oracle, 0).await;
@@ -97,7 +98,10 @@ async fn without_restart_on_termination_the_manager_latches_out_releases_the_lea
     sim.wait_until(LIMIT, |_| oracle.live().is_empty()).await;
     sim.run_for(Duration::from_secs(3)).await;
     assert_eq!(oracle.lives().len(), 1, "not spawned again");
-    assert!(arbiter.holder("scheduler").is_none(), "the lease was released");
+    assert!(
+        arbiter.holder("scheduler").is_none(),
+        "the lease was released"
+    );
     assert!(
         arbiter
             .history()
@@ -109,13 +113,24 @@ async fn without_restart_on_termination_the_manager_latches_out_releases_the_lea
     let sent = Instant::now();
     proxy.tell(Cmd::Job(1));
     sim.run_for(Duration::from_millis(5)).await;
-    assert_eq!(singleton_dead_letters(&drain(&mut dead)), 1, "dead-lettered within {:?}", sent.elapsed());
+    assert_eq!(
+        singleton_dead_letters(&drain(&mut dead)),
+        1,
+        "dead-lettered within {:?}",
+        sent.elapsed()
+    );
     // A later membership change does not bring it back.
     sim.start_node(&[]);
     sim.wait_all_up(3, LIMIT).await;
     sim.run_for(Duration::from_secs(3)).await;
     assert_eq!(oracle.lives().len(), 1);
-    let status = sim.node(0).cluster.singleton().status(&key(None)).await.unwrap();
+    let status = sim
+        .node(0)
+        .cluster
+        .singleton()
+        .status(&key(None))
+        .await
+        .unwrap();
     assert!(status.latched_out);
     // Stopping and starting the manager clears the latch: it re-elects, re-acquires, hosts.
     sim.node(0).cluster.singleton().stop(&key(None)).await;
@@ -187,14 +202,22 @@ async fn messages_held_for_two_seconds_go_to_dead_letters() {
         proxy.tell(Cmd::Job(n));
     }
     sim.run_for(Duration::from_millis(2_100)).await;
-    assert_eq!(singleton_dead_letters(&drain(&mut dead)), 10, "expired after 2 s");
+    assert_eq!(
+        singleton_dead_letters(&drain(&mut dead)),
+        10,
+        "expired after 2 s"
+    );
     sim.run_for(Duration::from_millis(1_400)).await;
     for n in 10..20 {
         proxy.tell(Cmd::Job(n));
     }
     hosted_on(&sim, &oracle, 0).await;
     sim.run_for(Duration::from_millis(10)).await;
-    assert_eq!(oracle.jobs(), (10..20).collect::<Vec<_>>(), "held 1.5 s, then flushed");
+    assert_eq!(
+        oracle.jobs(),
+        (10..20).collect::<Vec<_>>(),
+        "held 1.5 s, then flushed"
+    );
 }
 
 /// A peer may route to this node a gossip round before this node's own view agrees it hosts:
@@ -222,7 +245,13 @@ async fn a_manager_that_does_not_see_itself_as_host_holds_messages() {
         sender: None,
     });
     sim.run_for(Duration::from_millis(50)).await;
-    let status = sim.node(1).cluster.singleton().status(&key(None)).await.unwrap();
+    let status = sim
+        .node(1)
+        .cluster
+        .singleton()
+        .status(&key(None))
+        .await
+        .unwrap();
     assert_eq!(status.held_messages, 1, "{status:?}");
     sim.node(0).cluster.leave();
     hosted_on(&sim, &oracle, 1).await;
@@ -235,7 +264,12 @@ async fn the_proxy_buffers_while_no_node_hosts_and_flushes_in_order_when_one_doe
     let mut sim = cluster(408, &[&[], &[]], MembershipSettings::default()).await;
     let oracle = Oracle::default();
     // Nobody carries the role yet.
-    let proxy = sim.node(0).cluster.singleton().proxy(&key(Some("r"))).unwrap();
+    let proxy = sim
+        .node(0)
+        .cluster
+        .singleton()
+        .proxy(&key(Some("r")))
+        .unwrap();
     for n in 0..20 {
         proxy.tell(Cmd::Job(n));
     }
@@ -263,7 +297,11 @@ async fn the_proxy_buffer_overflows_into_dead_letters() {
     sim.run_for(Duration::from_millis(10)).await;
     let letters = drain(&mut dead);
     assert_eq!(letters.len(), 2, "{letters:?}");
-    assert!(letters.iter().all(|l| format!("{:?}", l.reason).contains("buffer full")));
+    assert!(
+        letters
+            .iter()
+            .all(|l| format!("{:?}", l.reason).contains("buffer full"))
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -314,18 +352,24 @@ async fn singleton_events_report_the_lifecycle_to_the_control_plane() {
     proxy0.tell(Cmd::StopSelf);
     sim.wait_until(LIMIT, |_| oracle.lives().len() == 2).await;
     arbiter.revoke("scheduler");
-    sim.wait_until(LIMIT, |_| oracle.lives().len() == 3 && oracle.live().len() == 1)
-        .await;
+    sim.wait_until(LIMIT, |_| {
+        oracle.lives().len() == 3 && oracle.live().len() == 1
+    })
+    .await;
     // The silent node leaves, then node 0: node 1's hand-over completes and it hosts.
     sim.node(2).cluster.leave();
-    sim.wait_until(LIMIT, |s| s.view(1).members.len() == 2).await;
+    sim.wait_until(LIMIT, |s| s.view(1).members.len() == 2)
+        .await;
     sim.node(0).cluster.leave();
     hosted_on(&sim, &oracle, 1).await;
     // Stopped, node 1 is still the elected host: its proxy dead-letters at once.
     sim.node(1).cluster.singleton().stop(&key(None)).await;
     proxy1.tell(Cmd::Job(99));
     sim.run_for(Duration::from_secs(3)).await;
-    let mut kinds: BTreeSet<&'static str> = drain(&mut published).iter().map(SingletonEvent::kind).collect();
+    let mut kinds: BTreeSet<&'static str> = drain(&mut published)
+        .iter()
+        .map(SingletonEvent::kind)
+        .collect();
     kinds.extend(drain(&mut dead_side).iter().map(SingletonEvent::kind));
     for expected in [
         "HostElected",
@@ -342,6 +386,9 @@ async fn singleton_events_report_the_lifecycle_to_the_control_plane() {
         "MessagesFlushed",
         "MessagesDeadLettered",
     ] {
-        assert!(kinds.contains(expected), "{expected} missing from {kinds:?}");
+        assert!(
+            kinds.contains(expected),
+            "{expected} missing from {kinds:?}"
+        );
     }
 }

@@ -58,8 +58,10 @@ pub fn hand_over_peers(members: &[Member], role: Option<&str>, me: &Address) -> 
 /// before it — one whose up status has not reached this node's view yet.
 #[must_use]
 pub fn may_become_host(member: &Member, role: Option<&str>) -> bool {
-    matches!(member.status, MemberStatus::Joining | MemberStatus::WeaklyUp)
-        && carries_role(member, role)
+    matches!(
+        member.status,
+        MemberStatus::Joining | MemberStatus::WeaklyUp
+    ) && carries_role(member, role)
 }
 
 /// Whether a manager reconciles on `event`: the membership facts the whole cluster converges
@@ -111,7 +113,10 @@ pub(crate) mod tests {
             member(4, MemberStatus::Up, &[]),
             member(5, MemberStatus::Up, &[]),
         ];
-        assert_eq!(elect_host(&members, None).map(Member::address), Some(&address(4)));
+        assert_eq!(
+            elect_host(&members, None).map(Member::address),
+            Some(&address(4))
+        );
     }
 
     #[test]
@@ -181,9 +186,7 @@ pub(crate) mod tests {
             |nodes| {
                 nodes
                     .into_iter()
-                    .map(|(i, (status, role))| {
-                        member(i, status, if role { &["r"] } else { &[] })
-                    })
+                    .map(|(i, (status, role))| member(i, status, if role { &["r"] } else { &[] }))
                     .collect()
             },
         )

@@ -120,7 +120,10 @@ mod tests {
     fn silent_peers_are_asked_again_every_500ms_until_the_timeout_names_them() {
         let start = Instant::now();
         let mut round = HandOver::start(7, peers(&[2, 3]), start, Duration::from_secs(2));
-        assert_eq!(round.tick(start + Duration::from_millis(499)), HandOverTick::Wait);
+        assert_eq!(
+            round.tick(start + Duration::from_millis(499)),
+            HandOverTick::Wait
+        );
         assert_eq!(
             round.tick(start + Duration::from_millis(500)),
             HandOverTick::Resend(vec![address(2), address(3)])

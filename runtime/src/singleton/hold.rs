@@ -139,7 +139,8 @@ mod tests {
         let start = Instant::now();
         let mut hold = HoldBuffer::new(10, Duration::from_secs(2));
         hold.push("a", None, start).unwrap();
-        hold.push("b", None, start + Duration::from_secs(1)).unwrap();
+        hold.push("b", None, start + Duration::from_secs(1))
+            .unwrap();
         assert_eq!(hold.next_expiry(), Some(start + Duration::from_secs(2)));
         assert!(hold.expire(start + Duration::from_millis(1_999)).is_empty());
         assert_eq!(hold.expire(start + Duration::from_secs(2)), vec!["a"]);

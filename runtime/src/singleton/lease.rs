@@ -218,10 +218,14 @@ impl InMemoryLeaseArbiter {
         let lost = {
             let mut state = self.inner.lock();
             let grant = state.grants.remove(name);
-            grant.map(|grant| {
-                state.record(name, &grant.owner, LeaseOp::Revoked(FencingToken(grant.token)));
-                grant
-            })
+            if let Some(grant) = &grant {
+                state.record(
+                    name,
+                    &grant.owner,
+                    LeaseOp::Revoked(FencingToken(grant.token)),
+                );
+            }
+            grant
         };
         if let Some(grant) = lost {
             (grant.on_lost)(LeaseLost {
@@ -486,11 +490,15 @@ impl Lease for InMemoryLease {
 /// Renew grant `token` every `ttl / 3` until it is released or lost.
 async fn renew(handle: Weak<HandleInner>, token: u64, on_lost: Arc<LeaseLostCallback>) {
     loop {
-        let Some(inner) = handle.upgrade() else { return };
+        let Some(inner) = handle.upgrade() else {
+            return;
+        };
         let period = inner.arbiter.ttl() / 3;
         drop(inner);
         tokio::time::sleep(period).await;
-        let Some(inner) = handle.upgrade() else { return };
+        let Some(inner) = handle.upgrade() else {
+            return;
+        };
         if let Err(reason) = inner.arbiter.renew(&inner.name, &inner.owner, token) {
             if inner.lost(token) {
                 on_lost(LeaseLost {
@@ -528,7 +536,11 @@ mod tests {
         a.release().await.unwrap();
         assert!(!a.holds());
         let (cb, _) = counter();
-        let t2 = b.acquire(cb).await.unwrap().expect("released lease is granted");
+        let t2 = b
+            .acquire(cb)
+            .await
+            .unwrap()
+            .expect("released lease is granted");
         assert!(t2 > t1, "{t2} after {t1}");
     }
 
@@ -565,6 +577,9 @@ mod tests {
         assert_eq!(b.acquire(cb).await.unwrap(), None, "not expired yet");
         tokio::time::sleep(Duration::from_secs(2)).await;
         let (cb, _) = counter();
-        assert!(b.acquire(cb).await.unwrap().is_some(), "expired, taken over");
+        assert!(
+            b.acquire(cb).await.unwrap().is_some(),
+            "expired, taken over"
+        );
     }
 }

@@ -290,7 +290,10 @@ impl<M: RemoteMessage> SingletonManager<M> {
             let Mode::Active(active) = &mut self.mode else {
                 return;
             };
-            let state = active.state.take().expect("the state is put back after each step");
+            let state = active
+                .state
+                .take()
+                .expect("the state is put back after each step");
             let (state, actions) = state.step(event, Instant::now());
             active.state = Some(state);
             let mut deactivated = false;
@@ -380,15 +383,16 @@ impl<M: RemoteMessage> SingletonManager<M> {
             );
             return;
         };
-        let routing = active
-            .state
-            .as_ref()
-            .expect("state present")
-            .routing();
+        let routing = active.state.as_ref().expect("state present").routing();
         match routing {
             Routing::Deliver => deliver_to_instance(&self.common, active, payload),
             Routing::DeadLetter => {
-                dead_letter_batch(&self.common, active, vec![payload], DeadLetterCause::NotHosting);
+                dead_letter_batch(
+                    &self.common,
+                    active,
+                    vec![payload],
+                    DeadLetterCause::NotHosting,
+                );
             }
             Routing::Hold => {
                 let now = Instant::now();
@@ -408,7 +412,12 @@ impl<M: RemoteMessage> SingletonManager<M> {
                         }
                     }
                     Err(payload) => {
-                        dead_letter_batch(&self.common, active, vec![payload], DeadLetterCause::HoldFull);
+                        dead_letter_batch(
+                            &self.common,
+                            active,
+                            vec![payload],
+                            DeadLetterCause::HoldFull,
+                        );
                     }
                 }
                 self.reschedule(ctx);
@@ -423,7 +432,10 @@ impl<M: RemoteMessage> SingletonManager<M> {
         };
         match origin {
             None => {
-                match ctx.system().resolve::<ProxyMsg>(&self.common.proxy_elements) {
+                match ctx
+                    .system()
+                    .resolve::<ProxyMsg>(&self.common.proxy_elements)
+                {
                     Ok(proxy) => proxy.tell(ProxyMsg::internal(ProxyInternalMsg::DrainedLocal {
                         nonce,
                         items: Box::new(taken),
@@ -431,7 +443,12 @@ impl<M: RemoteMessage> SingletonManager<M> {
                     Err(error) => {
                         tracing::debug!(singleton = %self.common.type_name, %error, "drain reply to the local proxy not delivered");
                         for payload in taken {
-                            dead_letter(&self.common, payload.sender().cloned(), DeadLetterCause::NotHosting, std::any::type_name::<M>());
+                            dead_letter(
+                                &self.common,
+                                payload.sender().cloned(),
+                                DeadLetterCause::NotHosting,
+                                std::any::type_name::<M>(),
+                            );
                         }
                     }
                 }
@@ -559,14 +576,12 @@ fn perform<M: RemoteMessage>(
     None
 }
 
-fn acquire(
-    common: &Common,
-    lease: Arc<dyn Lease>,
-    me: ActorRef<ManagerMsg>,
-) {
+fn acquire(common: &Common, lease: Arc<dyn Lease>, me: ActorRef<ManagerMsg>) {
     let lost_to = me.clone();
     let on_lost: LeaseLostCallback = Box::new(move |lost| {
-        let _ = lost_to.try_tell(ManagerMsg::internal(InternalMsg::Lease(LeaseResult::Lost(lost))));
+        let _ = lost_to.try_tell(ManagerMsg::internal(InternalMsg::Lease(LeaseResult::Lost(
+            lost,
+        ))));
     });
     let singleton = Arc::clone(&common.type_name);
     common.cluster.system().runtime().spawn(async move {
@@ -608,9 +623,18 @@ fn publish(common: &Common, event: SingletonEvent) {
     common.cluster.system().event_stream().publish(event);
 }
 
-fn deliver_to_instance<M: RemoteMessage>(common: &Common, active: &mut Active<M>, payload: Payload<M>) {
+fn deliver_to_instance<M: RemoteMessage>(
+    common: &Common,
+    active: &mut Active<M>,
+    payload: Payload<M>,
+) {
     let Some(instance) = &active.instance else {
-        dead_letter(common, payload.sender().cloned(), DeadLetterCause::NotHosting, std::any::type_name::<M>());
+        dead_letter(
+            common,
+            payload.sender().cloned(),
+            DeadLetterCause::NotHosting,
+            std::any::type_name::<M>(),
+        );
         return;
     };
     match payload.decode(common.cluster.remoting()) {
@@ -618,7 +642,12 @@ fn deliver_to_instance<M: RemoteMessage>(common: &Common, active: &mut Active<M>
         Ok((message, None)) => instance.tell(message),
         Err((sender, error)) => {
             tracing::warn!(singleton = %common.type_name, %error, "message for the singleton does not decode");
-            dead_letter(common, sender, DeadLetterCause::Undecodable, std::any::type_name::<M>());
+            dead_letter(
+                common,
+                sender,
+                DeadLetterCause::Undecodable,
+                std::any::type_name::<M>(),
+            );
         }
     }
 }
@@ -643,7 +672,12 @@ fn dead_letter_batch<M: RemoteMessage>(
     }
     let count = payloads.len();
     for payload in payloads {
-        dead_letter(common, payload.sender().cloned(), cause, std::any::type_name::<M>());
+        dead_letter(
+            common,
+            payload.sender().cloned(),
+            cause,
+            std::any::type_name::<M>(),
+        );
     }
     if active.hold.is_empty() {
         active.holding = false;
@@ -666,7 +700,10 @@ fn dead_letter(
     message_type: &'static str,
 ) {
     let system = common.cluster.system();
-    let recipient = ActorPath::remote(&common.me, &format!("{}/{}", common.elements, common.type_name));
+    let recipient = ActorPath::remote(
+        &common.me,
+        &format!("{}/{}", common.elements, common.type_name),
+    );
     system.dead_letters().publish(DeadLetter {
         recipient,
         sender,
@@ -707,10 +744,22 @@ impl<M: RemoteMessage> Actor for SingletonManager<M> {
                             .tell(ManagerMsg::HandOverAcknowledgment { nonce });
                     }
                 }
-                Mode::Active(_) => self.apply(Event::HandOverRequest { from: origin, nonce }, ctx),
+                Mode::Active(_) => self.apply(
+                    Event::HandOverRequest {
+                        from: origin,
+                        nonce,
+                    },
+                    ctx,
+                ),
             },
             ManagerMsg::HandOverAcknowledgment { nonce } => {
-                self.apply(Event::HandOverAcknowledgment { from: origin, nonce }, ctx);
+                self.apply(
+                    Event::HandOverAcknowledgment {
+                        from: origin,
+                        nonce,
+                    },
+                    ctx,
+                );
             }
             ManagerMsg::DrainRequest { nonce } => self.on_drain_request(nonce, origin, ctx),
             ManagerMsg::Internal(ManagerInternal(internal)) => match internal {
@@ -723,7 +772,9 @@ impl<M: RemoteMessage> Actor for SingletonManager<M> {
                         None,
                         ctx,
                     ),
-                    Err(_) => tracing::error!(singleton = %self.common.type_name, "local delivery of the wrong message type"),
+                    Err(_) => {
+                        tracing::error!(singleton = %self.common.type_name, "local delivery of the wrong message type")
+                    }
                 },
                 InternalMsg::Cluster(notification) => {
                     if let Mode::Active(_) = self.mode {
@@ -776,7 +827,11 @@ impl<M: RemoteMessage> Actor for SingletonManager<M> {
     ) -> Result<(), ActorError> {
         let ours = match &mut self.mode {
             Mode::Active(active) => {
-                if active.instance.as_ref().is_some_and(|i| i.id() == terminated.id) {
+                if active
+                    .instance
+                    .as_ref()
+                    .is_some_and(|i| i.id() == terminated.id)
+                {
                     active.instance = None;
                     true
                 } else {

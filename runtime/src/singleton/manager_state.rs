@@ -686,7 +686,9 @@ mod tests {
     }
 
     fn up(ids: &[u8]) -> Vec<Member> {
-        ids.iter().map(|&i| member(i, MemberStatus::Up, &[])).collect()
+        ids.iter()
+            .map(|&i| member(i, MemberStatus::Up, &[]))
+            .collect()
     }
 
     fn initial(members: Vec<Member>) -> Event {
@@ -722,7 +724,12 @@ mod tests {
         assert_eq!(effects(&actions), vec![Action::SpawnInstance]);
         assert_eq!(
             published(&actions),
-            vec!["HostElected", "HandOverStarted", "HandOverCompleted", "InstanceStarted"]
+            vec![
+                "HostElected",
+                "HandOverStarted",
+                "HandOverCompleted",
+                "InstanceStarted"
+            ]
         );
         assert_eq!(state.routing(), Routing::Deliver);
     }
@@ -755,7 +762,10 @@ mod tests {
             },
             now,
         );
-        assert!(effects(&actions).is_empty(), "an ack without origin is ignored");
+        assert!(
+            effects(&actions).is_empty(),
+            "an ack without origin is ignored"
+        );
         let (_, actions) = state.step(
             Event::HandOverAcknowledgment {
                 from: Some(address(3)),
@@ -772,9 +782,8 @@ mod tests {
         let (mut state, _) =
             ManagerState::new(config(1, false), 0).step(initial(up(&[1, 2])), start);
         let mut resends = 0;
-        let mut now = start;
-        loop {
-            now = state.next_deadline().expect("a timer is pending");
+        let now = loop {
+            let now = state.next_deadline().expect("a timer is pending");
             let (next, actions) = state.step(Event::Tick, now);
             state = next;
             if actions.contains(&Action::SpawnInstance) {
@@ -783,10 +792,10 @@ mod tests {
                     Action::Publish(SingletonEvent::HandOverTimedOut { silent_peers, .. })
                         if silent_peers == &vec![address(2)]
                 )));
-                break;
+                break now;
             }
             resends += 1;
-        }
+        };
         assert_eq!(now - start, Duration::from_secs(10));
         assert_eq!(resends, 19, "every 500 ms until the 10 s timeout");
     }
@@ -969,8 +978,7 @@ mod tests {
     #[test]
     fn with_a_lease_it_acquires_before_spawning_and_retries_every_interval() {
         let start = Instant::now();
-        let (state, actions) =
-            ManagerState::new(config(1, true), 0).step(initial(up(&[1])), start);
+        let (state, actions) = ManagerState::new(config(1, true), 0).step(initial(up(&[1])), start);
         assert_eq!(effects(&actions), vec![Action::AcquireLease]);
         let (state, actions) = state.step(Event::LeaseDenied, start);
         assert!(effects(&actions).is_empty());
@@ -1033,8 +1041,7 @@ mod tests {
     #[test]
     fn membership_changes_during_an_acquire_wait_for_its_result() {
         let now = Instant::now();
-        let (state, actions) =
-            ManagerState::new(config(2, true), 0).step(initial(up(&[2])), now);
+        let (state, actions) = ManagerState::new(config(2, true), 0).step(initial(up(&[2])), now);
         assert_eq!(effects(&actions), vec![Action::AcquireLease]);
         // Host moves away and back while the acquire is in flight: no second acquire.
         let (state, actions) = state.step(
@@ -1135,8 +1142,16 @@ mod tests {
         let trigger = prop_oneof![
             Just(None),
             Just(Some(ClusterEvent::LeaderChanged(None))),
-            Just(Some(ClusterEvent::MemberUp(member(1, MemberStatus::Up, &[])))),
-            Just(Some(ClusterEvent::MemberUnreachable(member(1, MemberStatus::Up, &[])))),
+            Just(Some(ClusterEvent::MemberUp(member(
+                1,
+                MemberStatus::Up,
+                &[]
+            )))),
+            Just(Some(ClusterEvent::MemberUnreachable(member(
+                1,
+                MemberStatus::Up,
+                &[]
+            )))),
         ];
         prop_oneof![
             4 => (trigger, members).prop_map(|(event, members)| Event::Cluster { event, members }),

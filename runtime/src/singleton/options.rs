@@ -225,7 +225,10 @@ mod tests {
             .validate()
             .unwrap_err();
         assert_eq!(err.field, "hand_over_timeout");
-        let err = options().with_buffer_size(1_000_000).validate().unwrap_err();
+        let err = options()
+            .with_buffer_size(1_000_000)
+            .validate()
+            .unwrap_err();
         assert_eq!(err.field, "buffer_size");
         assert_eq!(err.value, "1000000");
         let err = options().with_role(" ").validate().unwrap_err();

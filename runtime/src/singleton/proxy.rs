@@ -497,7 +497,9 @@ impl<M: RemoteMessage> Actor for ProxyActor<M> {
                         },
                         ctx,
                     ),
-                    Err(_) => tracing::error!(singleton = %self.type_name, "proxy sent the wrong message type"),
+                    Err(_) => {
+                        tracing::error!(singleton = %self.type_name, "proxy sent the wrong message type")
+                    }
                 },
                 ProxyInternalMsg::ClusterChanged => {
                     let route = self.resolve_route();
@@ -510,7 +512,9 @@ impl<M: RemoteMessage> Actor for ProxyActor<M> {
                 ProxyInternalMsg::DrainedLocal { nonce, items } => {
                     match items.downcast::<Vec<Payload<M>>>() {
                         Ok(items) => self.on_drained(nonce, *items, ctx),
-                        Err(_) => tracing::error!(singleton = %self.type_name, "drain answer of the wrong message type"),
+                        Err(_) => {
+                            tracing::error!(singleton = %self.type_name, "drain answer of the wrong message type")
+                        }
                     }
                 }
                 ProxyInternalMsg::DrainTimeout { nonce } => {
