@@ -41,6 +41,9 @@ pub struct ReporterSettings {
     pub flush_interval: Duration,
     /// How often to sample mailbox depths.
     pub depth_interval: Duration,
+    /// Send a (possibly empty) batch at least this often: it keeps the agent's last report
+    /// fresh on the control plane and picks up queued member operations.
+    pub heartbeat_interval: Duration,
     /// Buffer limits.
     pub limits: BufferLimits,
 }
@@ -50,6 +53,7 @@ impl Default for ReporterSettings {
         Self {
             flush_interval: Duration::from_millis(500),
             depth_interval: Duration::from_secs(1),
+            heartbeat_interval: Duration::from_secs(2),
             limits: BufferLimits::default(),
         }
     }
@@ -166,6 +170,7 @@ pub fn start(
         let mut watched: Vec<String> = Vec::new();
         let mut backoff = Duration::ZERO;
         let mut retry_at = tokio::time::Instant::now();
+        let mut last_shipped = tokio::time::Instant::now();
         let push = |event: Event| {
             stats.events_buffered.fetch_add(1, Ordering::Relaxed);
             buffer.lock().push_event(event);
@@ -222,10 +227,19 @@ pub fn start(
                     if tokio::time::Instant::now() < retry_at {
                         continue;
                     }
-                    let batch = buffer.lock().next_batch().cloned();
+                    let heartbeat_due = last_shipped.elapsed() >= settings.heartbeat_interval;
+                    let batch = {
+                        let mut buffer = buffer.lock();
+                        if heartbeat_due {
+                            Some(buffer.heartbeat_batch().clone())
+                        } else {
+                            buffer.next_batch().cloned()
+                        }
+                    };
                     let Some(batch) = batch else { continue };
                     match shipper.ship(&batch, now_ms()).await {
                         Ok(ack) => {
+                            last_shipped = tokio::time::Instant::now();
                             buffer.lock().acknowledged(batch.sequence);
                             for operation in &ack.operations {
                                 carry_out(&cluster, operation);

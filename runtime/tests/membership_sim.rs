@@ -457,6 +457,16 @@ fn leader_leaves_gracefully_and_everyone_sees_leader_changed() {
         );
         assert!(events.contains(&"MemberExited"), "node {i}: {events:?}");
     }
+    // The leaver reports its own removal, not the removal of the members it stops seeing.
+    let removals: Vec<&ClusterEvent> = sim.nodes[0]
+        .events
+        .iter()
+        .filter(|e| matches!(e, ClusterEvent::MemberRemoved { .. }))
+        .collect();
+    assert!(
+        matches!(removals.as_slice(), [ClusterEvent::MemberRemoved { member, .. }] if member.node == sim.addresses[0]),
+        "{removals:?}"
+    );
 }
 
 #[test]

@@ -125,10 +125,20 @@ impl ReportBuffer {
     /// The batch to send now: the one in flight (a retry), or a new one cut from the queue.
     /// `None` when there is nothing to report.
     pub fn next_batch(&mut self) -> Option<&Pending> {
+        self.cut(false)
+    }
+
+    /// Like [`ReportBuffer::next_batch`], but an empty batch when nothing is queued: a
+    /// heartbeat that keeps the agent's last-report time fresh and collects queued operations.
+    pub fn heartbeat_batch(&mut self) -> &Pending {
+        self.cut(true).expect("a forced cut always yields a batch")
+    }
+
+    fn cut(&mut self, force: bool) -> Option<&Pending> {
         if self.in_flight.is_none() {
             let nothing =
                 self.events.is_empty() && self.depth_ticks.is_empty() && self.dropped.total() == 0;
-            if nothing {
+            if nothing && !force {
                 return None;
             }
             let take = self.events.len().min(self.limits.batch_events);
@@ -271,6 +281,20 @@ mod tests {
         let batch = buffer.next_batch().cloned().unwrap();
         assert_eq!(batch.events.len(), 4);
         assert_eq!(batch.dropped.depth_samples, 1);
+    }
+
+    #[test]
+    fn a_heartbeat_is_an_empty_batch_with_its_own_sequence() {
+        let mut buffer = ReportBuffer::new(limits(10));
+        assert!(buffer.next_batch().is_none());
+        let heartbeat = buffer.heartbeat_batch().clone();
+        assert!(heartbeat.events.is_empty() && heartbeat.depth_ticks.is_empty());
+        buffer.acknowledged(heartbeat.sequence);
+        buffer.push_event(leader(1));
+        assert_eq!(
+            buffer.next_batch().unwrap().sequence,
+            heartbeat.sequence + 1
+        );
     }
 
     #[test]

@@ -265,26 +265,35 @@ impl Membership {
 
     /// This node's view, from which events are derived.
     #[must_use]
+    ///
+    /// Once this node has left (removed or downed) its view keeps the other members as it last
+    /// saw them and drops only itself: what it reports last is its own removal, not the
+    /// removal of everyone it can no longer see.
     pub fn view(&self) -> ClusterView {
-        if self.phase != Phase::Member {
+        if !matches!(self.phase, Phase::Member | Phase::Terminated) {
             return ClusterView {
                 self_node: Some(self.me.clone()),
                 ..ClusterView::default()
             };
         }
-        let mut unreachable = self.gossip.unreachable_members();
+        let mut gossip = self.gossip.clone();
+        if self.phase == Phase::Terminated {
+            gossip.members.remove(&self.me);
+            gossip.reachability_mut().remove(&self.me);
+        }
+        let mut unreachable = gossip.unreachable_members();
         unreachable.remove(&self.me);
         let observed_by = unreachable
             .iter()
-            .map(|node| (node.clone(), self.gossip.reachability().observers_of(node)))
+            .map(|node| (node.clone(), gossip.reachability().observers_of(node)))
             .collect();
         ClusterView {
             self_node: Some(self.me.clone()),
-            members: self.gossip.members().cloned().collect(),
+            members: gossip.members().cloned().collect(),
             unreachable,
             observed_by,
-            leader: self.gossip.leader(&self.me).map(|n| n.address.clone()),
-            converged: self.gossip.is_converged(),
+            leader: gossip.leader(&self.me).map(|n| n.address.clone()),
+            converged: self.phase == Phase::Member && gossip.is_converged(),
         }
     }
 
