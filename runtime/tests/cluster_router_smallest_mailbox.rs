@@ -1,5 +1,5 @@
 //! The smallest-mailbox cluster router on the multi-node harness: it routes to the node whose
-//! routee last reported the shortest queue, asks only on the refresh tick (never per message),
+//! routee last reported the shortest queue (plus what the router itself sent there since), asks only on the refresh tick (never per message),
 //! ignores stale readings, skips silent nodes, and falls back to round-robin order when nobody
 //! has answered. The routees are ordinary actors that never hear about any of it.
 
@@ -61,16 +61,25 @@ async fn messages_go_to_the_node_that_last_reported_the_shortest_queue() {
     wait_depth(&mut events, 1, 3).await;
     wait_depth(&mut events, 2, 0).await;
 
-    for id in 0..5 {
+    // Node 2 reported the shortest queue. Until its next reading the router also counts what
+    // it sent there itself, so after three the others' reported queues are as short.
+    for id in 0..6 {
         router.tell(Job::new(id));
     }
-    assert_eq!(nodes_of(&handled(&mut rx, 5).await), [2, 2, 2, 2, 2]);
-    // Open the gates: the held workers only ever had their own preloaded jobs.
+    let at_2 = handled(&mut rx, 4).await;
+    assert_eq!(nodes_of(&at_2), [2, 2, 2, 2]);
+    assert_eq!(at_2.iter().map(|h| h.id).collect::<Vec<_>>(), [0, 1, 2, 4]);
+    // Open the gates: node 1 (reported 3) got the other two, node 0 (reported 5) none.
     for gate in &gates {
         gate.add_permits(100);
     }
-    let preloaded = handled(&mut rx, 10).await;
-    assert!(preloaded.iter().all(|h| h.id >= 1_000), "{preloaded:?}");
+    let rest = handled(&mut rx, 12).await;
+    let routed: Vec<(u64, usize)> = rest
+        .iter()
+        .filter(|h| h.id < 1_000)
+        .map(|h| (h.id, h.node))
+        .collect();
+    assert_eq!(routed, [(3, 1), (5, 1)]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -187,16 +196,22 @@ async fn a_node_that_does_not_serve_depths_is_skipped_while_others_answer() {
     for id in 0..3 {
         router.tell(Job::new(id));
     }
-    // The silent node is not assumed idle: it gets nothing.
+    // The silent node is not assumed idle: it gets nothing, although its routee is the idlest.
     assert_quiet(&mut rx, Duration::from_millis(50)).await;
-    gates[1].add_permits(100);
-    let jobs = handled(&mut rx, 5).await;
+    for gate in &gates {
+        gate.add_permits(100);
+    }
+    let jobs = handled(&mut rx, 8).await;
     let routed: Vec<usize> = jobs
         .iter()
         .filter(|h| h.id < 1_000)
         .map(|h| h.node)
         .collect();
-    assert_eq!(routed, [2, 2, 2]);
+    assert_eq!(
+        routed,
+        [2, 0, 2],
+        "by reported depth plus the router's own sends"
+    );
 
     // Unanswered queries are dead letters on node 1 — asked with backoff, not on every tick.
     sim.run_for(Duration::from_secs(5)).await;
@@ -247,7 +262,18 @@ async fn a_node_without_the_routee_answers_but_is_skipped() {
     for id in 0..4 {
         router.tell(Job::new(id));
     }
-    assert_eq!(nodes_of(&handled(&mut rx, 4).await), [2, 2, 2, 2]);
+    gate.add_permits(100);
+    let jobs = handled(&mut rx, 6).await;
+    let routed: Vec<usize> = jobs
+        .iter()
+        .filter(|h| h.id < 1_000)
+        .map(|h| h.node)
+        .collect();
+    assert_eq!(
+        routed,
+        [2, 0, 2, 0],
+        "never node 1, which would only dead-letter them"
+    );
 }
 
 #[tokio::test(start_paused = true)]

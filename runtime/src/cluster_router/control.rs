@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::depth_agent::{DEPTH_AGENT_PATH, DepthQuery, DepthReply};
-use super::depth_cache::DepthCache;
+use super::depth_cache::{DepthCache, Reading};
 use super::events::{ClusterRouterEvent, DepthSample};
 use super::options::ValidOptions;
 use super::routee_set::{RouteeSetChange, RoutingTable, routee_nodes};
@@ -63,6 +63,8 @@ struct DepthRefresh {
     reply_to: ActorRef<DepthReply>,
     /// The depth agent on each routee node.
     agents: BTreeMap<Address, ActorRef<DepthQuery>>,
+    /// The readings in the last published table, one per routee.
+    published: Vec<Option<Reading>>,
 }
 
 pub(super) struct Control<M: RemoteMessage> {
@@ -97,6 +99,7 @@ impl<M: RemoteMessage> Control<M> {
                     tick: 0,
                     reply_to,
                     agents: BTreeMap::new(),
+                    published: Vec::new(),
                 }),
                 Some(replies),
             ),
@@ -174,7 +177,8 @@ impl<M: RemoteMessage> Control<M> {
             depths
                 .agents
                 .retain(|node, _| nodes.binary_search(node).is_ok());
-            table = table.with_depths(depths.cache.depths(&nodes, Instant::now()));
+            depths.published = depths.cache.readings(&nodes, Instant::now());
+            table = table.with_readings(&depths.published);
         }
         self.table = table;
         self.routees = routees.into();
@@ -249,15 +253,16 @@ impl<M: RemoteMessage> Control<M> {
         }
     }
 
-    /// Publish the usable depths if they differ from the published ones (a new reading, or one
-    /// that just went stale).
+    /// Publish the usable readings if they differ from the published ones (a new reading, or
+    /// one that just went stale).
     fn publish_depths(&mut self) {
-        let Some(depths) = &self.depths else {
+        let Some(depths) = &mut self.depths else {
             return;
         };
-        let usable = depths.cache.depths(self.table.nodes(), Instant::now());
-        if usable != self.table.depths() {
-            self.table = self.table.with_depths(usable);
+        let readings = depths.cache.readings(self.table.nodes(), Instant::now());
+        if readings != depths.published {
+            self.table = self.table.with_readings(&readings);
+            depths.published = readings;
             self.send_snapshot();
         }
     }

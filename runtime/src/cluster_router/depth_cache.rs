@@ -89,6 +89,12 @@ impl DepthCache {
         self.is_fresh(&reading, now).then_some(reading)
     }
 
+    /// The usable reading of each of `nodes` at `now`, in their order (`None`: skip it).
+    #[must_use]
+    pub fn readings(&self, nodes: &[Address], now: Instant) -> Vec<Option<Reading>> {
+        nodes.iter().map(|node| self.reading(node, now)).collect()
+    }
+
     /// The usable depth of each of `nodes` at `now`, in their order (`None`: skip it).
     #[must_use]
     pub fn depths(&self, nodes: &[Address], now: Instant) -> Vec<Option<usize>> {

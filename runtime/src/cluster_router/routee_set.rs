@@ -9,10 +9,13 @@
 
 use std::sync::Arc;
 
+use tokio::time::Instant;
+
+use super::depth_cache::Reading;
 use crate::cluster::ClusterView;
 use crate::path::ActorPath;
 use crate::remote::Address;
-use crate::routing::{RoutingLogic, Selection};
+use crate::routing::{RoutingLogic, RoutingStrategy, Selection};
 
 /// The nodes that host routees in `view`: up and reachable members carrying `role` (any member
 /// without a role filter), ordered by address, each address once.
@@ -78,7 +81,7 @@ pub fn resume_cursor(new: &[Address], last_chosen: Option<&Address>) -> usize {
 }
 
 /// What one routing decision reads: the routee nodes in order, each routee's stable id (its
-/// full path, which consistent hashing scores) and its last usable mailbox depth.
+/// full path, which consistent hashing scores) and its last usable depth reading.
 ///
 /// Building a table does the allocation; [`RoutingTable::select`] does none, awaits nothing and
 /// asks nobody — it is a scan over this table.
@@ -87,6 +90,9 @@ pub struct RoutingTable {
     nodes: Arc<[Address]>,
     ids: Arc<[Box<[u8]>]>,
     depths: Arc<[Option<usize>]>,
+    /// When each reading arrived, so a router can tell a new reading from the one it has been
+    /// adding its own sends to.
+    stamps: Arc<[Option<Instant>]>,
 }
 
 impl RoutingTable {
@@ -102,16 +108,17 @@ impl RoutingTable {
                     .into_boxed_slice()
             })
             .collect();
-        let depths = vec![None; nodes.len()];
+        let n = nodes.len();
         Self {
             nodes: nodes.into(),
             ids: ids.into(),
-            depths: depths.into(),
+            depths: vec![None; n].into(),
+            stamps: vec![None; n].into(),
         }
     }
 
     /// The same routees with these depths (`depths[i]` for `nodes()[i]`; `None` = no usable
-    /// reading).
+    /// reading), of unknown arrival time.
     ///
     /// # Panics
     /// If `depths` is not as long as the routee list.
@@ -122,6 +129,22 @@ impl RoutingTable {
             nodes: Arc::clone(&self.nodes),
             ids: Arc::clone(&self.ids),
             depths: depths.into(),
+            stamps: vec![None; self.nodes.len()].into(),
+        }
+    }
+
+    /// The same routees with these readings (`readings[i]` for `nodes()[i]`).
+    ///
+    /// # Panics
+    /// If `readings` is not as long as the routee list.
+    #[must_use]
+    pub fn with_readings(&self, readings: &[Option<Reading>]) -> Self {
+        assert_eq!(readings.len(), self.nodes.len(), "one reading per routee");
+        Self {
+            nodes: Arc::clone(&self.nodes),
+            ids: Arc::clone(&self.ids),
+            depths: readings.iter().map(|r| r.map(|r| r.depth)).collect(),
+            stamps: readings.iter().map(|r| r.map(|r| r.at)).collect(),
         }
     }
 
@@ -149,10 +172,58 @@ impl RoutingTable {
         self.nodes.is_empty()
     }
 
-    /// Where one message goes, by `logic`'s strategy (`key`: the consistent-hashing key).
+    /// Where one message goes, by `logic`'s strategy (`key`: the consistent-hashing key), on
+    /// the readings alone.
     pub fn select(&self, logic: &mut RoutingLogic, key: Option<&[u8]>) -> Selection {
         let depths = &*self.depths;
         logic.select(&self.ids, key, |i| depths.get(i).copied().flatten())
+    }
+
+    /// Like [`RoutingTable::select`], with `sent[i]` — the messages this router has sent to
+    /// routee `i` since its reading arrived — added to each reading, and the choice counted.
+    ///
+    /// The readings lag by up to a refresh interval; without the router's own sends every
+    /// message in that interval would pile onto the routee that last looked shortest.
+    ///
+    /// # Panics
+    /// If `sent` is not as long as the routee list.
+    pub fn select_and_count(
+        &self,
+        logic: &mut RoutingLogic,
+        key: Option<&[u8]>,
+        sent: &mut [usize],
+    ) -> Selection {
+        assert_eq!(sent.len(), self.nodes.len(), "one count per routee");
+        let depths = &*self.depths;
+        let selection = logic.select(&self.ids, key, |i| {
+            depths[i].map(|depth| depth.saturating_add(sent[i]))
+        });
+        if let Selection::One(index) = selection
+            && logic.strategy() == RoutingStrategy::SmallestMailbox
+        {
+            sent[index] += 1;
+        }
+        selection
+    }
+
+    /// The send counts for this table, carried over from `previous`: a routee keeps its count
+    /// while its reading is the same one, and starts from zero with a new reading (which
+    /// already includes what was sent) or when it is new to the set.
+    #[must_use]
+    pub fn carry_sent(&self, previous: &RoutingTable, sent: &[usize]) -> Vec<usize> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| match previous.nodes.binary_search(node) {
+                Ok(j)
+                    if previous.stamps[j] == self.stamps[i]
+                        && previous.depths[j] == self.depths[i] =>
+                {
+                    sent.get(j).copied().unwrap_or(0)
+                }
+                _ => 0,
+            })
+            .collect()
     }
 }
 
@@ -239,6 +310,36 @@ mod tests {
             std::str::from_utf8(&table.ids[0]).unwrap(),
             "troupe://app@10.0.0.1:2552/user/w"
         );
+    }
+
+    #[test]
+    fn smallest_mailbox_adds_its_own_sends_until_a_new_reading_arrives() {
+        let t0 = Instant::now();
+        let reading = |depth| Some(Reading { depth, at: t0 });
+        let table = RoutingTable::new(vec![address(1), address(2), address(3)], "/user/w")
+            .with_readings(&[reading(5), reading(3), reading(0)]);
+        let mut logic = RoutingLogic::new(RoutingStrategy::SmallestMailbox, 1);
+        let mut sent = vec![0; 3];
+        let picks: Vec<Selection> = (0..6)
+            .map(|_| table.select_and_count(&mut logic, None, &mut sent))
+            .collect();
+        // Node 3 until it has had three; then the shallower of the rest, taking turns on ties.
+        assert_eq!(picks, [2, 2, 2, 1, 2, 1].map(Selection::One).to_vec());
+        assert_eq!(sent, [0, 2, 4]);
+        // A new reading for node 3 replaces its count; the others keep theirs.
+        let newer = table.with_readings(&[
+            reading(5),
+            reading(3),
+            Some(Reading {
+                depth: 1,
+                at: t0 + std::time::Duration::from_millis(200),
+            }),
+        ]);
+        assert_eq!(newer.carry_sent(&table, &sent), [0, 2, 0]);
+        // A rebuild keeps the counts of nodes that stay, by address.
+        let rebuilt = RoutingTable::new(vec![address(2), address(3)], "/user/w")
+            .with_readings(&[reading(3), reading(0)]);
+        assert_eq!(rebuilt.carry_sent(&table, &sent), [2, 4]);
     }
 
     proptest! {

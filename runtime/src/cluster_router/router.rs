@@ -44,6 +44,8 @@ pub struct ClusterRouter<M: RemoteMessage> {
     current: Arc<Snapshot<M>>,
     updates: Option<watch::Receiver<Arc<Snapshot<M>>>>,
     logic: RoutingLogic,
+    /// Messages sent to each routee since its current reading (smallest-mailbox).
+    sent: Vec<usize>,
     control: Option<tokio::task::AbortHandle>,
     serving: Option<ServingDepths>,
     /// Messages dead-lettered since the routee set was last non-empty.
@@ -79,6 +81,7 @@ impl<M: RemoteMessage> ClusterRouter<M> {
             current,
             updates: None,
             logic,
+            sent: Vec::new(),
             control: None,
             serving: None,
             unroutable: 0,
@@ -104,6 +107,7 @@ impl<M: RemoteMessage> ClusterRouter<M> {
             let cursor = resume_cursor(next.table.nodes(), last);
             self.logic.set_cursor(cursor);
         }
+        self.sent = next.table.carry_sent(&self.current.table, &self.sent);
         self.current = next;
     }
 
@@ -113,11 +117,11 @@ impl<M: RemoteMessage> ClusterRouter<M> {
             .extract_key
             .as_ref()
             .map(|extract| extract(&message));
-        match self
-            .current
-            .table
-            .select(&mut self.logic, key.as_deref().map(str::as_bytes))
-        {
+        match self.current.table.select_and_count(
+            &mut self.logic,
+            key.as_deref().map(str::as_bytes),
+            &mut self.sent,
+        ) {
             Selection::One(index) => {
                 self.unroutable = 0;
                 self.deliver(index, message, ctx);
@@ -130,20 +134,20 @@ impl<M: RemoteMessage> ClusterRouter<M> {
         }
     }
 
-    /// The sender routees see: a sender on this node, else the router itself (a path naming
-    /// another node would be re-attributed to this node by the receiving transport anyway).
-    fn sender(ctx: &Context<Self>) -> ActorPath {
-        match ctx.sender() {
-            Some(sender) if sender.address().is_none() => sender.clone(),
-            _ => ctx.path().clone(),
-        }
+    /// The sender routees see: the original sender when it lives on this node (its path then
+    /// names this node on the wire), else none — a path naming another node would be
+    /// re-attributed to this node by the receiving transport, which would be misleading.
+    fn sender(ctx: &Context<Self>) -> Option<ActorPath> {
+        ctx.sender()
+            .filter(|sender| sender.address().is_none())
+            .cloned()
     }
 
     fn deliver(&self, index: usize, message: M, ctx: &Context<Self>) {
         let routee = &self.current.routees[index];
         let envelope = Envelope::Message {
             message,
-            sender: Some(Self::sender(ctx)),
+            sender: Self::sender(ctx),
         };
         if routee.cell.deliver(envelope).is_err() {
             let node = self.current.table.nodes()[index].clone();
@@ -250,6 +254,7 @@ impl<M: RemoteMessage> Actor for ClusterRouter<M> {
             Control::new(&self.options, ctx.path().clone(), depth_replies);
         control.on_membership();
         self.current = Arc::clone(&updates.borrow_and_update());
+        self.sent = vec![0; self.current.table.len()];
         self.updates = Some(updates);
         let task = ctx.system().runtime().spawn(control.run(membership));
         self.control = Some(task.abort_handle());

@@ -134,24 +134,27 @@ impl RoutingLogic {
                 Selection::One(rendezvous_pick(key, ids.iter().map(AsRef::as_ref)).unwrap_or(0))
             }
             RoutingStrategy::SmallestMailbox => {
-                let start = self.cursor % n;
-                let mut best: Option<(usize, usize)> = None;
-                // From the cursor to the end, then from the start to the cursor: the same order
-                // as `(start + offset) % n` without a division per routee.
-                for index in (start..n).chain(0..start) {
+                let start = self.turn(n);
+                // From the cursor to the end, then from the start to the cursor: the order of
+                // `(start + offset) % n` without a division per routee. `usize::MAX` marks "no
+                // reading yet" so the comparison is the whole test.
+                let mut best = (usize::MAX, usize::MAX);
+                let mut consider = |index: usize| {
                     if let Some(d) = depth(index)
-                        && best.is_none_or(|(_, best_depth)| d < best_depth)
+                        && (d < best.1 || best.0 == usize::MAX)
                     {
-                        best = Some((index, d));
+                        best = (index, d);
                     }
+                };
+                for index in start..n {
+                    consider(index);
                 }
-                match best {
-                    Some((index, _)) => {
-                        self.cursor = index.wrapping_add(1);
-                        Selection::One(index)
-                    }
-                    None => Selection::One(self.next_in_turn(n)),
+                for index in 0..start {
+                    consider(index);
                 }
+                let index = if best.0 == usize::MAX { start } else { best.0 };
+                self.cursor = index + 1;
+                Selection::One(index)
             }
             RoutingStrategy::Broadcast => Selection::All,
         }
@@ -172,9 +175,19 @@ impl RoutingLogic {
     }
 
     fn next_in_turn(&mut self, n: usize) -> usize {
-        let index = self.cursor % n;
-        self.cursor = index.wrapping_add(1);
+        let index = self.turn(n);
+        self.cursor = index + 1;
         index
+    }
+
+    /// The cursor as an index below `n`; it already is one unless the routee list shrank or
+    /// the cursor was set, so the division is the rare path.
+    fn turn(&self, n: usize) -> usize {
+        if self.cursor < n {
+            self.cursor
+        } else {
+            self.cursor % n
+        }
     }
 }
 
