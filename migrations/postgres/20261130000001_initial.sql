@@ -56,10 +56,10 @@ CREATE TABLE events (
     subject    text,
     detail     text   NOT NULL
 );
+-- The history newest first (by event time), with or without a time window.
+CREATE INDEX events_time ON events (cluster_id, at_ms, id);
 -- A singleton's or member's history.
-CREATE INDEX events_subject ON events (cluster_id, subject, id);
--- Time-range filters and retention.
-CREATE INDEX events_at ON events USING brin (at_ms);
+CREATE INDEX events_subject ON events (cluster_id, subject, at_ms, id);
 
 -- Dead letters: the high-volume event kind, in typed columns.
 CREATE TABLE dead_letters (
@@ -72,8 +72,8 @@ CREATE TABLE dead_letters (
     message_type text   NOT NULL,
     reason       text   NOT NULL
 );
--- Per-minute counts over a time range; BRIN costs almost nothing on append-mostly data.
-CREATE INDEX dead_letters_at ON dead_letters USING brin (at_ms);
+-- Newest first, time windows, and per-minute counts (an index-only range scan).
+CREATE INDEX dead_letters_time ON dead_letters (cluster_id, at_ms, id);
 
 -- Mailbox depths, one row per agent and sampling tick; `samples` is the tick's
 -- [{path, router, depth}] as JSON text.
@@ -84,6 +84,7 @@ CREATE TABLE depth_ticks (
     at_ms      bigint NOT NULL,
     samples    text   NOT NULL
 );
+-- BRIN costs almost nothing on append-mostly data read by time range.
 CREATE INDEX depth_ticks_at ON depth_ticks USING brin (at_ms);
 
 -- Current state, as the latest report (by event time) said.

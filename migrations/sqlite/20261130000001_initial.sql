@@ -56,8 +56,10 @@ CREATE TABLE events (
     subject    text,
     detail     text   NOT NULL
 );
+-- The history newest first (by event time), with or without a time window.
+CREATE INDEX events_time ON events (cluster_id, at_ms, id);
 -- A singleton's or member's history.
-CREATE INDEX events_subject ON events (cluster_id, subject, id);
+CREATE INDEX events_subject ON events (cluster_id, subject, at_ms, id);
 
 -- Dead letters: the high-volume event kind, in typed columns.
 CREATE TABLE dead_letters (
@@ -128,7 +130,7 @@ CREATE TABLE member_operations (
     delivered_ms bigint
 );
 
--- Per-minute counts and retention work on time ranges.
-CREATE INDEX events_at ON events (at_ms);
-CREATE INDEX dead_letters_at ON dead_letters (at_ms);
+-- Newest first, time windows, and per-minute counts.
+CREATE INDEX dead_letters_time ON dead_letters (cluster_id, at_ms, id);
+-- Depth series read by time range.
 CREATE INDEX depth_ticks_at ON depth_ticks (at_ms);

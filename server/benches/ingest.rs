@@ -342,7 +342,8 @@ fn main() {
     let stored = rt.block_on(store.totals()).unwrap();
     let hour_ago = now_ms() - 3_600_000;
     let yesterday = now_ms() - 86_400_000;
-    let mid_cursor = stored.events / 2;
+    // A page starting half-way through the filled week.
+    let mid_cursor = format!("{}.{}", week_ago + 7 * 86_400_000 / 2, i64::MAX);
     let queries: Vec<(&str, String)> = vec![
         ("latest 100 events", "/api/v1/clusters/bench/events".into()),
         (

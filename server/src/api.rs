@@ -220,15 +220,23 @@ pub(crate) fn page_size(limit: Option<i64>) -> Result<i64, ApiError> {
     }
 }
 
-/// Parses a paging cursor (an opaque string to clients; an id here).
-pub(crate) fn parse_cursor(cursor: Option<&str>) -> Result<Option<i64>, ApiError> {
+/// The cursor that continues after a row at `(at_ms, id)`: opaque to clients.
+#[must_use]
+pub fn cursor_after(at_ms: i64, id: i64) -> String {
+    format!("{at_ms}.{id}")
+}
+
+/// Parses a paging cursor made by [`cursor_after`].
+pub(crate) fn parse_cursor(cursor: Option<&str>) -> Result<Option<(i64, i64)>, ApiError> {
     cursor
         .map(|c| {
-            c.parse::<i64>().map_err(|_| {
-                ApiError::BadRequest(format!(
-                    "`cursor` must be the `next_cursor` of a previous page, got `{c}`"
-                ))
-            })
+            c.split_once('.')
+                .and_then(|(at, id)| Some((at.parse().ok()?, id.parse().ok()?)))
+                .ok_or_else(|| {
+                    ApiError::BadRequest(format!(
+                        "`cursor` must be the `next_cursor` of a previous page, got `{c}`"
+                    ))
+                })
         })
         .transpose()
 }

@@ -17,6 +17,7 @@ use tokio::sync::watch;
 use crate::auth::Tokens;
 use crate::live::LiveHub;
 use crate::metrics::Metrics;
+use crate::otel::{Endpoint, EventExport, ExportError};
 use crate::store::{Store, StoreError};
 use crate::{Config, api};
 
@@ -29,6 +30,9 @@ pub enum AppError {
     /// The store could not be opened or migrated.
     #[error("opening the store failed: {0}")]
     Store(#[from] StoreError),
+    /// OpenTelemetry export could not be set up.
+    #[error("OpenTelemetry export: {0}")]
+    Export(#[from] ExportError),
     /// The listen address could not be bound, or the server failed.
     #[error("http server: {0}")]
     Io(#[from] std::io::Error),
@@ -49,6 +53,8 @@ pub struct AppState {
     pub live: LiveHub,
     /// Becomes `true` when the server shuts down.
     pub shutdown: watch::Receiver<bool>,
+    /// OpenTelemetry export of stored events, when configured.
+    pub export: Option<Arc<EventExport>>,
 }
 
 impl AppState {
@@ -64,8 +70,16 @@ impl AppState {
             metrics: Arc::new(Metrics::new()),
             live: LiveHub::default(),
             shutdown: receiver,
+            export: None,
         };
         (state, ShutdownTrigger(Arc::new(sender)))
+    }
+
+    /// Exports every stored event through `export` as well.
+    #[must_use]
+    pub fn with_export(mut self, export: Arc<EventExport>) -> Self {
+        self.export = Some(export);
+        self
     }
 }
 
@@ -125,7 +139,27 @@ impl App {
         let local_addr = listener.local_addr()?;
         let workers = config.workers;
         let shutdown_timeout = config.shutdown_timeout_secs;
-        let (state, trigger) = AppState::new(config, store);
+        let export = match Endpoint::from_config(&config) {
+            Some(endpoint) => {
+                let protocol = config.otlp_protocol.clone();
+                // The exporter's blocking HTTP client must be made off the runtime.
+                let export = tokio::task::spawn_blocking(move || {
+                    EventExport::new(&endpoint, protocol.as_deref())
+                })
+                .await
+                .map_err(std::io::Error::other)??;
+                tracing::info!(
+                    url = export.url(),
+                    "exporting stored events as OTLP log records"
+                );
+                Some(Arc::new(export))
+            }
+            None => None,
+        };
+        let (mut state, trigger) = AppState::new(config, store);
+        if let Some(export) = export {
+            state = state.with_export(export);
+        }
         let app_state = state.clone();
         let mut server = HttpServer::new(move || {
             actix_web::App::new()
@@ -204,6 +238,9 @@ impl App {
         let served = server_task.await.map_err(std::io::Error::other)?;
         if let Some(retention) = retention {
             retention.abort();
+        }
+        if let Some(export) = state.export.clone() {
+            let _ = tokio::task::spawn_blocking(move || export.shutdown()).await;
         }
         state.store.close().await;
         tracing::info!("stopped");

@@ -65,6 +65,23 @@ pub struct Config {
     #[arg(long, env = "TROUPE_SHUTDOWN_TIMEOUT_SECS", default_value_t = 30)]
     pub shutdown_timeout_secs: u64,
 
+    /// OTLP base URL for exporting stored events as OpenTelemetry log records (`/v1/logs` is
+    /// appended). Unset: no export.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+
+    /// Full OTLP logs URL; wins over --otlp-endpoint.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT")]
+    pub otlp_logs_endpoint: Option<String>,
+
+    /// OTLP transport; only http/protobuf is supported.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_PROTOCOL")]
+    pub otlp_protocol: Option<String>,
+
+    /// Turn OpenTelemetry export off whatever the endpoint settings.
+    #[arg(long, env = "OTEL_SDK_DISABLED", default_value_t = false)]
+    pub otel_sdk_disabled: bool,
+
     /// Write logs as JSON lines (one object per line) instead of text.
     #[arg(long, env = "TROUPE_LOG_JSON", default_value_t = false)]
     pub log_json: bool,
@@ -90,6 +107,10 @@ impl Config {
             max_body_bytes: 8 * 1024 * 1024,
             workers: None,
             shutdown_timeout_secs: 30,
+            otlp_endpoint: None,
+            otlp_logs_endpoint: None,
+            otlp_protocol: None,
+            otel_sdk_disabled: false,
             log_json: false,
             log_filter: "info".to_owned(),
         }

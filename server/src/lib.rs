@@ -15,6 +15,7 @@ pub mod auth;
 pub mod config;
 pub mod live;
 pub mod metrics;
+pub mod otel;
 pub mod store;
 pub mod telemetry;
 pub mod testing;

@@ -305,8 +305,8 @@ pub struct EventFilter {
     pub since_ms: Option<i64>,
     /// Before this time (exclusive, epoch ms).
     pub until_ms: Option<i64>,
-    /// Only ids below this (the cursor of the previous page).
-    pub before_id: Option<i64>,
+    /// Only events before this `(at_ms, id)` position (the cursor of the previous page).
+    pub before: Option<(i64, i64)>,
     /// Page size.
     pub limit: i64,
 }
@@ -322,8 +322,8 @@ pub struct DeadLetterFilter {
     pub since_ms: Option<i64>,
     /// Before this time (exclusive, epoch ms).
     pub until_ms: Option<i64>,
-    /// Only ids below this (cursor).
-    pub before_id: Option<i64>,
+    /// Only dead letters before this `(at_ms, id)` position (cursor).
+    pub before: Option<(i64, i64)>,
     /// Page size.
     pub limit: i64,
 }
@@ -443,7 +443,7 @@ impl Store {
             .await?))
     }
 
-    /// One page of a cluster's events, newest first.
+    /// One page of a cluster's events, newest (by event time) first.
     pub async fn events(
         &self,
         cluster_id: i64,
@@ -464,8 +464,12 @@ impl Store {
             if let Some(until) = filter.until_ms {
                 q.push(" AND e.at_ms < ").push_bind(until);
             }
-            if let Some(before) = filter.before_id {
-                q.push(" AND e.id < ").push_bind(before);
+            if let Some((at_ms, id)) = filter.before {
+                q.push(" AND (e.at_ms, e.id) < (")
+                    .push_bind(at_ms)
+                    .push(", ")
+                    .push_bind(id)
+                    .push(")");
             }
             if !filter.kinds.is_empty() {
                 q.push(" AND e.kind IN (");
@@ -475,12 +479,13 @@ impl Store {
                 }
                 q.push(")");
             }
-            q.push(" ORDER BY e.id DESC LIMIT ").push_bind(filter.limit);
+            q.push(" ORDER BY e.at_ms DESC, e.id DESC LIMIT ")
+                .push_bind(filter.limit);
             q.build_query_as().fetch_all(pool).await?
         }))
     }
 
-    /// One page of a cluster's dead letters, newest first.
+    /// One page of a cluster's dead letters, newest (by event time) first.
     pub async fn dead_letters(
         &self,
         cluster_id: i64,
@@ -490,10 +495,15 @@ impl Store {
             let mut q = sqlx::QueryBuilder::new(sql::DEAD_LETTERS_SELECT);
             q.push_bind(cluster_id);
             push_dead_letter_filter(&mut q, filter);
-            if let Some(before) = filter.before_id {
-                q.push(" AND d.id < ").push_bind(before);
+            if let Some((at_ms, id)) = filter.before {
+                q.push(" AND (d.at_ms, d.id) < (")
+                    .push_bind(at_ms)
+                    .push(", ")
+                    .push_bind(id)
+                    .push(")");
             }
-            q.push(" ORDER BY d.id DESC LIMIT ").push_bind(filter.limit);
+            q.push(" ORDER BY d.at_ms DESC, d.id DESC LIMIT ")
+                .push_bind(filter.limit);
             q.build_query_as().fetch_all(pool).await?
         }))
     }
@@ -583,13 +593,16 @@ impl Store {
     /// that ingest never waits long behind it. Returns the rows deleted.
     pub async fn delete_older_than(&self, cutoff_ms: i64, chunk: i64) -> Result<u64, StoreError> {
         let mut deleted = 0;
-        for statement in sql::RETENTION {
-            deleted += with_pool!(self, |pool| sqlx::query(statement)
-                .bind(cutoff_ms)
-                .bind(chunk)
-                .execute(pool)
-                .await?
-                .rows_affected());
+        for cluster in self.clusters().await? {
+            for statement in sql::RETENTION {
+                deleted += with_pool!(self, |pool| sqlx::query(statement)
+                    .bind(cutoff_ms)
+                    .bind(chunk)
+                    .bind(cluster.id)
+                    .execute(pool)
+                    .await?
+                    .rows_affected());
+            }
         }
         Ok(deleted)
     }

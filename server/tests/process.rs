@@ -106,6 +106,10 @@ fn help_lists_every_option_its_environment_variable_and_default() {
         ("--max-body-bytes", "TROUPE_MAX_BODY_BYTES"),
         ("--workers", "TROUPE_WORKERS"),
         ("--shutdown-timeout-secs", "TROUPE_SHUTDOWN_TIMEOUT_SECS"),
+        ("--otlp-endpoint", "OTEL_EXPORTER_OTLP_ENDPOINT"),
+        ("--otlp-logs-endpoint", "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT"),
+        ("--otlp-protocol", "OTEL_EXPORTER_OTLP_PROTOCOL"),
+        ("--otel-sdk-disabled", "OTEL_SDK_DISABLED"),
         ("--log-json", "TROUPE_LOG_JSON"),
         ("--log-filter", "RUST_LOG"),
     ] {

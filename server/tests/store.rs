@@ -53,6 +53,7 @@ store_suite!(
     member_operation_is_delivered_once_with_the_next_ack,
     depth_ticks_are_stored_one_row_per_tick,
     concurrent_batches_touching_the_same_members_in_opposite_orders_all_commit,
+    history_is_ordered_by_event_time_not_arrival,
 );
 
 async fn cluster_id(store: &Store, name: &str) -> i64 {
@@ -328,8 +329,8 @@ async fn events_page_newest_first_with_a_cursor_and_filters(store: &Store) {
     store.ingest(&b, 1).await.unwrap();
     let cid = cluster_id(store, "app").await;
 
-    let page = |before_id, limit| EventFilter {
-        before_id,
+    let page = |before, limit| EventFilter {
+        before,
         limit,
         ..all_events()
     };
@@ -337,11 +338,11 @@ async fn events_page_newest_first_with_a_cursor_and_filters(store: &Store) {
     assert_eq!(first.len(), 4);
     assert_eq!(first[0].kind, "MemberDown");
     let second = store
-        .events(cid, &page(Some(first[3].id), 100))
+        .events(cid, &page(Some((first[3].at_ms, first[3].id)), 100))
         .await
         .unwrap();
     assert_eq!(second.len(), 7);
-    assert!(second[0].id < first[3].id);
+    assert!(second[0].at_ms < first[3].at_ms);
     let times: Vec<_> = second.iter().map(|e| e.at_ms).collect();
     assert_eq!(times, [6, 5, 4, 3, 2, 1, 0]);
 
@@ -583,4 +584,45 @@ async fn concurrent_batches_touching_the_same_members_in_opposite_orders_all_com
         );
     }
     assert_eq!(store.totals().await.unwrap().batches, 40);
+}
+
+async fn history_is_ordered_by_event_time_not_arrival(store: &Store) {
+    let recent = BatchBuilder::new("app", "a:1", 1)
+        .member(2_000, EventBody::MemberUp, "x:1", MemberStatus::Up, &[])
+        .dead_letter(2_000, "/new", "T")
+        .build();
+    // Arrives later (a slow agent), happened earlier.
+    let late = BatchBuilder::new("app", "b:1", 1)
+        .member(
+            1_000,
+            EventBody::MemberJoined,
+            "x:1",
+            MemberStatus::Joining,
+            &[],
+        )
+        .dead_letter(1_000, "/old", "T")
+        .build();
+    store.ingest(&recent, 1).await.unwrap();
+    store.ingest(&late, 2).await.unwrap();
+    let cid = cluster_id(store, "app").await;
+    let kinds: Vec<_> = store
+        .events(cid, &all_events())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(kinds, ["MemberUp", "MemberJoined"]);
+    let filter = DeadLetterFilter {
+        limit: 10,
+        ..DeadLetterFilter::default()
+    };
+    let recipients: Vec<_> = store
+        .dead_letters(cid, &filter)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|d| d.recipient)
+        .collect();
+    assert_eq!(recipients, ["/new", "/old"]);
 }

@@ -93,7 +93,7 @@ fn filter(query: &DeadLettersQuery) -> Result<DeadLetterFilter, ApiError> {
         message_type: query.message_type.clone(),
         since_ms: parse_time("since", query.since.as_deref())?,
         until_ms: parse_time("until", query.until.as_deref())?,
-        before_id: parse_cursor(query.cursor.as_deref())?,
+        before: parse_cursor(query.cursor.as_deref())?,
         limit: page_size(query.limit)?,
     })
 }
@@ -113,7 +113,7 @@ pub async fn list(
     let cluster = find_cluster(&state, &cluster).await?;
     let rows = state.store.dead_letters(cluster.id, &filter).await?;
     let next_cursor = (rows.len() as i64 == filter.limit)
-        .then(|| rows.last().map(|r| r.id.to_string()))
+        .then(|| rows.last().map(|r| super::cursor_after(r.at_ms, r.id)))
         .flatten();
     Ok(HttpResponse::Ok().json(DeadLetterPage {
         dead_letters: rows.into_iter().map(Into::into).collect(),

@@ -18,7 +18,7 @@ use crate::store::{EventFilter, EventRow};
 /// A stored event.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct EventDto {
-    /// Its id (ascending in storage order).
+    /// Its id (ascending in storage order; ties of `at_ms` are ordered by it).
     pub id: i64,
     /// When it happened (reporting node's clock).
     pub at: DateTime<Utc>,
@@ -61,7 +61,7 @@ impl From<EventRow> for EventDto {
 /// One page of events.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct EventPage {
-    /// Events, newest first.
+    /// Events, newest (by event time) first.
     pub events: Vec<EventDto>,
     /// Pass as `cursor` for the next (older) page; absent on the last page.
     pub next_cursor: Option<String>,
@@ -142,13 +142,13 @@ pub async fn list(
         subject: query.subject,
         since_ms: parse_time("since", query.since.as_deref())?,
         until_ms: parse_time("until", query.until.as_deref())?,
-        before_id: parse_cursor(query.cursor.as_deref())?,
+        before: parse_cursor(query.cursor.as_deref())?,
         limit: page_size(query.limit)?,
     };
     let cluster = find_cluster(&state, &cluster).await?;
     let rows = state.store.events(cluster.id, &filter).await?;
     let next_cursor = (rows.len() as i64 == filter.limit)
-        .then(|| rows.last().map(|r| r.id.to_string()))
+        .then(|| rows.last().map(|r| super::cursor_after(r.at_ms, r.id)))
         .flatten();
     Ok(HttpResponse::Ok().json(EventPage {
         events: rows.into_iter().map(Into::into).collect(),

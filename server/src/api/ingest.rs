@@ -96,6 +96,9 @@ async fn receive(
             .metrics
             .batch(Outcome::Stored, started.elapsed().as_secs_f64());
         state.live.publish_batch(&batch);
+        if let Some(export) = &state.export {
+            export.export_batch(&batch);
+        }
     }
     Ok(HttpResponse::Ok().json(IngestAck {
         sequence: batch.sequence,

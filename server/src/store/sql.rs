@@ -178,14 +178,17 @@ pub(crate) const TOTALS: &str = "\
 SELECT (SELECT COUNT(*) FROM batches), (SELECT COUNT(*) FROM events),
     (SELECT COUNT(*) FROM dead_letters), (SELECT COUNT(*) FROM depth_ticks)";
 
-// --- retention: each takes ($1 cutoff_ms, $2 chunk) ---
+// --- retention: each takes ($1 cutoff_ms, $2 chunk, $3 cluster_id) ---
 
+/// Per cluster, so the deletes find expired rows through the (cluster_id, at_ms) indexes.
 pub(crate) const RETENTION: [&str; 4] = [
-    "DELETE FROM events WHERE id IN (SELECT id FROM events WHERE at_ms < $1 LIMIT $2)",
+    "DELETE FROM events WHERE id IN
+        (SELECT id FROM events WHERE cluster_id = $3 AND at_ms < $1 LIMIT $2)",
     "DELETE FROM dead_letters WHERE id IN
-        (SELECT id FROM dead_letters WHERE at_ms < $1 LIMIT $2)",
+        (SELECT id FROM dead_letters WHERE cluster_id = $3 AND at_ms < $1 LIMIT $2)",
     "DELETE FROM depth_ticks WHERE id IN
-        (SELECT id FROM depth_ticks WHERE at_ms < $1 LIMIT $2)",
+        (SELECT id FROM depth_ticks WHERE cluster_id = $3 AND at_ms < $1 LIMIT $2)",
     "DELETE FROM batches WHERE (agent_id, sequence) IN
-        (SELECT agent_id, sequence FROM batches WHERE received_ms < $1 LIMIT $2)",
+        (SELECT b.agent_id, b.sequence FROM batches b JOIN agents a ON a.id = b.agent_id
+         WHERE a.cluster_id = $3 AND b.received_ms < $1 LIMIT $2)",
 ];
