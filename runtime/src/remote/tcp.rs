@@ -256,6 +256,8 @@ struct Shared {
     /// The connection currently read from, per peer address.
     readers: Mutex<HashMap<Address, Reader>>,
     shutdown: watch::Sender<bool>,
+    /// The same flag as `shutdown`, readable on the send path without the watch's lock.
+    shut_down: std::sync::atomic::AtomicBool,
     log_limiter: Mutex<LogLimiter>,
     next_connection: std::sync::atomic::AtomicU64,
 }
@@ -313,6 +315,7 @@ impl TcpTransport {
             writers: Mutex::new(HashMap::new()),
             readers: Mutex::new(HashMap::new()),
             shutdown: watch::Sender::new(false),
+            shut_down: std::sync::atomic::AtomicBool::new(false),
             log_limiter: Mutex::new(LogLimiter::default()),
             next_connection: std::sync::atomic::AtomicU64::new(0),
         });
@@ -346,7 +349,7 @@ impl TcpTransport {
     /// Stops accepting, closes every connection and drops queued frames. Later sends fail
     /// with [`TransportError::Shutdown`]. Returns once the listening socket is closed.
     pub async fn shutdown(&self) {
-        self.shared.shutdown.send_replace(true);
+        self.shared.begin_shutdown();
         for (_, writer) in self.shared.writers.lock().drain() {
             writer.task.abort();
         }
@@ -360,7 +363,7 @@ impl TcpTransport {
 
 impl Drop for TcpTransport {
     fn drop(&mut self) {
-        self.shared.shutdown.send_replace(true);
+        self.shared.begin_shutdown();
         for (_, writer) in self.shared.writers.lock().drain() {
             writer.task.abort();
         }
@@ -383,7 +386,7 @@ impl Transport for TcpTransport {
                 max: shared.max_frame_size,
             });
         }
-        if *shared.shutdown.borrow() {
+        if shared.is_shut_down() {
             return Err(TransportError::Shutdown);
         }
         let mut writers = shared.writers.lock();
@@ -427,7 +430,13 @@ impl Transport for TcpTransport {
 
 impl Shared {
     fn is_shut_down(&self) -> bool {
-        *self.shutdown.borrow()
+        self.shut_down.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn begin_shutdown(&self) {
+        self.shut_down
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.shutdown.send_replace(true);
     }
 
     fn handshake_config(&self, role: Role, expected_peer: Option<Address>) -> HandshakeConfig {
