@@ -198,10 +198,10 @@ async fn a_wrong_secret_delivers_no_frames_and_both_sides_count_the_rejected_han
             .stats()
             .wait_for(|s| s.handshakes_rejected >= 1)
             .await;
-        // A legitimate peer still gets through, and nothing from the intruder arrived first.
+        // A legitimate peer still gets through, and its frame is the first and only one B
+        // delivers: nothing from the intruder arrived before or after it.
         assert_exchange(&mut c, &mut b, "legit").await;
         assert!(b.inbound.try_recv().is_err());
-        assert_eq!(b.transport.stats_snapshot().frames_in, 1);
     })
     .await
     .unwrap();
@@ -356,6 +356,57 @@ async fn disconnect_closes_the_peer_connection_and_a_later_send_reconnects() {
             .wait_for(|s| s.closed(CloseReason::PeerClosed) == 2)
             .await;
         assert_exchange(&mut a, &mut b, "two").await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_never_finishes_its_handshake_is_closed_after_the_handshake_timeout() {
+    timeout(LIMIT, async {
+        let handshake_timeout = Duration::from_millis(300);
+        let mut a = Node::start(config(SECRET)).await;
+        let mut b = Node::start(config(SECRET).with_handshake_timeout(handshake_timeout)).await;
+        let started = tokio::time::Instant::now();
+        let mut silent = TcpStream::connect(b.transport.local_socket_addr())
+            .await
+            .unwrap();
+        closed_by_server(&mut silent).await;
+        assert!(started.elapsed() >= handshake_timeout);
+        b.transport
+            .stats()
+            .wait_for(|s| s.closed(CloseReason::HandshakeRejected) == 1)
+            .await;
+        assert_exchange(&mut a, &mut b, "not starved").await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_the_handshake_backlog_are_closed_at_once_and_counted() {
+    timeout(LIMIT, async {
+        let mut a = Node::start(config(SECRET)).await;
+        let mut b = Node::start(config(SECRET).with_max_pending_handshakes(1)).await;
+        let target = b.transport.local_socket_addr();
+        // The first silent connection holds the only handshake slot…
+        let mut first = TcpStream::connect(target).await.unwrap();
+        let mut hello = [0u8; 4];
+        first.read_exact(&mut hello).await.unwrap(); // B's Hello: its handshake is running
+        // …so the next one is closed without a handshake.
+        let mut second = TcpStream::connect(target).await.unwrap();
+        closed_by_server(&mut second).await;
+        b.transport
+            .stats()
+            .wait_for(|s| s.closed(CloseReason::HandshakeBacklogFull) == 1)
+            .await;
+        // Once the silent peer goes away its slot is free for a real peer.
+        drop(first);
+        b.transport
+            .stats()
+            .wait_for(|s| s.closed(CloseReason::HandshakeRejected) == 1)
+            .await;
+        assert_exchange(&mut a, &mut b, "slot freed").await;
     })
     .await
     .unwrap();

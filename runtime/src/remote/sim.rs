@@ -740,6 +740,52 @@ mod tests {
         assert_eq!(&inbound.try_recv().unwrap().payload[..], b"welcome");
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(32))]
+        #[test]
+        fn every_link_is_fifo_for_any_seed_delay_and_jitter(
+            seed in proptest::prelude::any::<u64>(),
+            delay_ms in 0u64..20,
+            jitter_ms in 0u64..50,
+            gaps in proptest::collection::vec(0u64..5, 1..200),
+        ) {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .unwrap();
+            let got = runtime.block_on(async {
+                let network = SimNetwork::new(seed);
+                network.set_default_link(LinkConfig {
+                    delay: Duration::from_millis(delay_ms),
+                    jitter: Duration::from_millis(jitter_ms),
+                    drop_probability: 0.0,
+                });
+                let mut n = nodes(&network, 3);
+                let c = n[2].address();
+                for (i, gap) in gaps.iter().enumerate() {
+                    let i = u32::try_from(i).unwrap();
+                    n[(i % 2) as usize]
+                        .transport
+                        .send(&c, Bytes::copy_from_slice(&i.to_be_bytes()))
+                        .unwrap();
+                    tokio::time::sleep(Duration::from_millis(*gap)).await;
+                }
+                network.settled().await;
+                n[2].drain()
+            });
+            proptest::prop_assert_eq!(got.len(), gaps.len());
+            for sender in [1, 2] {
+                let seq: Vec<u32> = got
+                    .iter()
+                    .filter(|(from, _)| *from == sender)
+                    .map(|(_, p)| u32::from_be_bytes(p[..].try_into().unwrap()))
+                    .collect();
+                proptest::prop_assert!(seq.windows(2).all(|w| w[0] < w[1]));
+            }
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn the_drop_probability_drops_about_that_share_of_frames() {
         let network = SimNetwork::new(7);

@@ -17,6 +17,8 @@ pub enum CloseReason {
     HandshakeRejected,
     /// The TLS handshake failed: no or an untrusted certificate, a plain-TCP peer, timeout.
     TlsRejected,
+    /// Too many accepted connections were already in their handshake.
+    HandshakeBacklogFull,
     /// A length prefix announced more than the maximum frame size.
     OversizedFrame,
     /// The peer closed the stream in the middle of a frame.
@@ -39,9 +41,10 @@ pub enum CloseReason {
 
 impl CloseReason {
     /// Every reason, in counter order.
-    pub const ALL: [Self; 11] = [
+    pub const ALL: [Self; 12] = [
         Self::HandshakeRejected,
         Self::TlsRejected,
+        Self::HandshakeBacklogFull,
         Self::OversizedFrame,
         Self::TruncatedFrame,
         Self::UnexpectedBytes,
@@ -63,6 +66,7 @@ impl CloseReason {
         match self {
             Self::HandshakeRejected => "handshake_rejected",
             Self::TlsRejected => "tls_rejected",
+            Self::HandshakeBacklogFull => "handshake_backlog_full",
             Self::OversizedFrame => "oversized_frame",
             Self::TruncatedFrame => "truncated_frame",
             Self::UnexpectedBytes => "unexpected_bytes",

@@ -41,7 +41,7 @@ use parking_lot::Mutex;
 use rand::RngCore;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::task::{AbortHandle, JoinHandle};
 use tokio::time::{Instant, timeout_at};
 
@@ -79,6 +79,7 @@ pub struct TcpTransportConfig {
     reconnect_backoff_min: Duration,
     reconnect_backoff_max: Duration,
     handshake_timeout: Duration,
+    max_pending_handshakes: usize,
     tls: Option<TlsConfig>,
 }
 
@@ -100,8 +101,18 @@ impl TcpTransportConfig {
             reconnect_backoff_min: Duration::from_millis(100),
             reconnect_backoff_max: Duration::from_secs(5),
             handshake_timeout: Duration::from_secs(5),
+            max_pending_handshakes: 256,
             tls: None,
         }
+    }
+
+    /// Accepted connections that may be in their handshake at once (default 256); more are
+    /// closed at once (`CloseReason::HandshakeBacklogFull`), so a flood of silent connections
+    /// costs bounded memory and cannot starve the accept loop.
+    #[must_use]
+    pub fn with_max_pending_handshakes(mut self, connections: usize) -> Self {
+        self.max_pending_handshakes = connections;
+        self
     }
 
     /// Wrap every connection in mutual TLS (default: plain TCP). Both ends of a link must
@@ -198,6 +209,9 @@ impl TcpTransportConfig {
         if self.handshake_timeout.is_zero() {
             return invalid("handshake_timeout must be > 0, got 0ms".to_owned());
         }
+        if self.max_pending_handshakes == 0 {
+            return invalid("max_pending_handshakes must be > 0, got 0".to_owned());
+        }
         Ok(())
     }
 }
@@ -247,6 +261,8 @@ struct Shared {
     backoff_min: Duration,
     backoff_max: Duration,
     handshake_timeout: Duration,
+    /// One permit per accepted connection still in its handshake.
+    handshake_slots: Arc<Semaphore>,
     tls: Option<TlsConfig>,
     inbound: mpsc::Sender<InboundFrame>,
     stats: Arc<TransportStats>,
@@ -308,6 +324,7 @@ impl TcpTransport {
             backoff_min: config.reconnect_backoff_min,
             backoff_max: config.reconnect_backoff_max,
             handshake_timeout: config.handshake_timeout,
+            handshake_slots: Arc::new(Semaphore::new(config.max_pending_handshakes)),
             tls: config.tls,
             inbound,
             stats: Arc::new(TransportStats::default()),
@@ -466,6 +483,7 @@ impl Shared {
             reason,
             CloseReason::HandshakeRejected
                 | CloseReason::TlsRejected
+                | CloseReason::HandshakeBacklogFull
                 | CloseReason::OversizedFrame
                 | CloseReason::TruncatedFrame
                 | CloseReason::UnexpectedBytes
@@ -510,9 +528,19 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
             biased;
             _ = until_true(&mut shutdown) => return,
             accepted = listener.accept() => match accepted {
-                Ok((stream, remote)) => {
-                    tokio::spawn(serve_inbound(shared.clone(), stream, remote));
-                }
+                Ok((stream, remote)) => match shared.handshake_slots.clone().try_acquire_owned() {
+                    Ok(slot) => {
+                        tokio::spawn(serve_inbound(shared.clone(), stream, remote, slot));
+                    }
+                    Err(_) => {
+                        drop(stream);
+                        shared.record_close(
+                            CloseReason::HandshakeBacklogFull,
+                            Some(remote.ip()),
+                            &"too many connections are in their handshake",
+                        );
+                    }
+                },
                 Err(e) => {
                     // Out of file descriptors and the like: back off instead of spinning.
                     tracing::warn!(error = %e, "accepting a connection failed");
@@ -578,11 +606,16 @@ async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
-async fn serve_inbound(shared: Arc<Shared>, stream: TcpStream, remote: SocketAddr) {
+async fn serve_inbound(
+    shared: Arc<Shared>,
+    stream: TcpStream,
+    remote: SocketAddr,
+    slot: OwnedSemaphorePermit,
+) {
     let _ = stream.set_nodelay(true);
     let deadline = Instant::now() + shared.handshake_timeout;
     let Some(tls) = &shared.tls else {
-        return serve_connection(&shared, stream, remote, deadline).await;
+        return serve_connection(&shared, stream, remote, deadline, slot).await;
     };
     let mut shutdown = shared.shutdown.subscribe();
     let accepted = tokio::select! {
@@ -591,7 +624,7 @@ async fn serve_inbound(shared: Arc<Shared>, stream: TcpStream, remote: SocketAdd
         accepted = timeout_at(deadline, tls.acceptor().accept(stream)) => accepted,
     };
     match accepted {
-        Ok(Ok(stream)) => serve_connection(&shared, stream, remote, deadline).await,
+        Ok(Ok(stream)) => serve_connection(&shared, stream, remote, deadline, slot).await,
         Ok(Err(e)) => shared.tls_rejected(Some(remote.ip()), &e),
         Err(_) => shared.tls_rejected(Some(remote.ip()), &"TLS handshake timed out"),
     }
@@ -603,6 +636,7 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
     mut stream: S,
     remote: SocketAddr,
     deadline: Instant,
+    slot: OwnedSemaphorePermit,
 ) {
     let mut shutdown = shared.shutdown.subscribe();
     let outcome = tokio::select! {
@@ -610,6 +644,7 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
         _ = until_true(&mut shutdown) => return,
         outcome = handshake(shared, &mut stream, Role::Acceptor, None, deadline) => outcome,
     };
+    drop(slot);
     let (peer, buf) = match outcome {
         Ok(established) => established,
         Err(reason) => {
