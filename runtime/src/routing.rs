@@ -5,6 +5,10 @@ mod logic;
 mod pool;
 mod rendezvous;
 
-pub use logic::{RoutingLogic, RoutingStrategy, Selection, UnknownStrategy};
+pub use logic::{
+    HashedRouteeId, RouteeId, RoutingLogic, RoutingStrategy, Selection, UnknownStrategy,
+};
 pub use pool::{PoolRouter, PoolRouterConfig, RouterConfigError};
-pub use rendezvous::{rendezvous_pick, rendezvous_score, stable_hash};
+pub use rendezvous::{
+    rendezvous_pick, rendezvous_pick_hashed, rendezvous_score, rendezvous_score_hashed, stable_hash,
+};

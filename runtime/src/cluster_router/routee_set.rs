@@ -15,7 +15,7 @@ use super::depth_cache::Reading;
 use crate::cluster::ClusterView;
 use crate::path::ActorPath;
 use crate::remote::Address;
-use crate::routing::{RoutingLogic, RoutingStrategy, Selection};
+use crate::routing::{HashedRouteeId, RoutingLogic, RoutingStrategy, Selection};
 
 /// The nodes that host routees in `view`: up and reachable members carrying `role` (any member
 /// without a role filter), ordered by address, each address once.
@@ -88,7 +88,7 @@ pub fn resume_cursor(new: &[Address], last_chosen: Option<&Address>) -> usize {
 #[derive(Debug, Clone)]
 pub struct RoutingTable {
     nodes: Arc<[Address]>,
-    ids: Arc<[Box<[u8]>]>,
+    ids: Arc<[HashedRouteeId]>,
     depths: Arc<[Option<usize>]>,
     /// When each reading arrived, so a router can tell a new reading from the one it has been
     /// adding its own sends to.
@@ -99,13 +99,14 @@ impl RoutingTable {
     /// A table over `nodes` (address-ordered) whose routees live at `routee_path`; no depths yet.
     #[must_use]
     pub fn new(nodes: Vec<Address>, routee_path: &str) -> Self {
-        let ids: Vec<Box<[u8]>> = nodes
+        let ids: Vec<HashedRouteeId> = nodes
             .iter()
             .map(|node| {
-                ActorPath::remote(node, routee_path)
-                    .to_string()
-                    .into_bytes()
-                    .into_boxed_slice()
+                HashedRouteeId::new(
+                    ActorPath::remote(node, routee_path)
+                        .to_string()
+                        .into_bytes(),
+                )
             })
             .collect();
         let n = nodes.len();
@@ -236,7 +237,7 @@ mod tests {
     use super::*;
     use crate::cluster::{Member, MemberStatus};
     use crate::remote::UniqueAddress;
-    use crate::routing::RoutingStrategy;
+    use crate::routing::{RouteeId, rendezvous_pick};
 
     fn address(i: u8) -> Address {
         Address::new("app", &format!("10.0.0.{i}"), 2552)
@@ -307,7 +308,7 @@ mod tests {
         let mut logic = RoutingLogic::new(RoutingStrategy::SmallestMailbox, 1);
         assert_eq!(table.select(&mut logic, None), Selection::One(2));
         assert_eq!(
-            std::str::from_utf8(&table.ids[0]).unwrap(),
+            std::str::from_utf8(table.ids[0].id()).unwrap(),
             "troupe://app@10.0.0.1:2552/user/w"
         );
     }
@@ -343,6 +344,27 @@ mod tests {
     }
 
     proptest! {
+        /// Hashing each routee path once picks exactly what hashing it per key picks.
+        #[test]
+        fn precomputed_routee_hashes_pick_like_the_plain_rendezvous_hash(
+            n in 1u8..20,
+            key in "[a-z0-9-]{0,24}",
+        ) {
+            let mut nodes: Vec<Address> = (1..=n).map(address).collect();
+            nodes.sort();
+            let table = RoutingTable::new(nodes.clone(), "/user/worker");
+            let mut logic = RoutingLogic::new(RoutingStrategy::ConsistentHashing, 0);
+            let paths: Vec<String> = nodes
+                .iter()
+                .map(|node| ActorPath::remote(node, "/user/worker").to_string())
+                .collect();
+            let expected = rendezvous_pick(key.as_bytes(), paths.iter().map(String::as_bytes));
+            prop_assert_eq!(
+                table.select(&mut logic, Some(key.as_bytes())),
+                Selection::One(expected.unwrap())
+            );
+        }
+
         /// Across any sequence of rebuilds, round-robin never picks out of range and, while the
         /// set only grows, visits every node once per lap without repeating one back to back.
         #[test]

@@ -13,7 +13,53 @@ use std::str::FromStr;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use super::rendezvous::rendezvous_pick;
+use super::rendezvous::{rendezvous_pick_hashed, stable_hash};
+
+/// A routee's stable name as consistent hashing sees it: its bytes and their
+/// [`stable_hash`]. Any byte string is one (hashed per pick); a router that keeps its routee
+/// list can store [`HashedRouteeId`]s and hash each name once.
+pub trait RouteeId {
+    /// The name.
+    fn id(&self) -> &[u8];
+
+    /// `stable_hash(self.id())`.
+    fn id_hash(&self) -> u64 {
+        stable_hash(self.id())
+    }
+}
+
+impl<T: AsRef<[u8]>> RouteeId for T {
+    fn id(&self) -> &[u8] {
+        self.as_ref()
+    }
+}
+
+/// A routee name with its hash computed once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HashedRouteeId {
+    id: Box<[u8]>,
+    hash: u64,
+}
+
+impl HashedRouteeId {
+    /// Hash `id` now.
+    #[must_use]
+    pub fn new(id: impl Into<Box<[u8]>>) -> Self {
+        let id = id.into();
+        let hash = stable_hash(&id);
+        Self { id, hash }
+    }
+}
+
+impl RouteeId for HashedRouteeId {
+    fn id(&self) -> &[u8] {
+        &self.id
+    }
+
+    fn id_hash(&self) -> u64 {
+        self.hash
+    }
+}
 
 /// One of the five routing strategies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -116,7 +162,7 @@ impl RoutingLogic {
     /// Choose for one message among `ids.len()` routees (ids are the routees' stable names,
     /// used by consistent hashing). `key` is the consistent-hashing key; `depth(i)` is routee
     /// `i`'s known mailbox depth, used by smallest-mailbox.
-    pub fn select<I: AsRef<[u8]>>(
+    pub fn select<I: RouteeId>(
         &mut self,
         ids: &[I],
         key: Option<&[u8]>,
@@ -131,7 +177,8 @@ impl RoutingLogic {
             RoutingStrategy::Random => Selection::One(self.rng.random_range(0..n)),
             RoutingStrategy::ConsistentHashing => {
                 let key = key.unwrap_or_default();
-                Selection::One(rendezvous_pick(key, ids.iter().map(AsRef::as_ref)).unwrap_or(0))
+                let routees = ids.iter().map(|id| (id.id_hash(), id.id()));
+                Selection::One(rendezvous_pick_hashed(key, routees).unwrap_or(0))
             }
             RoutingStrategy::SmallestMailbox => {
                 let start = self.turn(n);

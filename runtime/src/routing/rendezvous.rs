@@ -28,7 +28,13 @@ fn mix(mut x: u64) -> u64 {
 /// The weight of `routee` for a key whose [`stable_hash`] is `key_hash`.
 #[must_use]
 pub fn rendezvous_score(key_hash: u64, routee: &[u8]) -> u64 {
-    mix(key_hash ^ stable_hash(routee).rotate_left(29))
+    rendezvous_score_hashed(key_hash, stable_hash(routee))
+}
+
+/// [`rendezvous_score`] for a routee whose [`stable_hash`] was computed once, ahead of time.
+#[must_use]
+pub fn rendezvous_score_hashed(key_hash: u64, routee_hash: u64) -> u64 {
+    mix(key_hash ^ routee_hash.rotate_left(29))
 }
 
 /// The index of the routee that wins `key`, or `None` when there are no routees. Ties (which
@@ -38,10 +44,25 @@ pub fn rendezvous_pick<'a, I>(key: &[u8], routees: I) -> Option<usize>
 where
     I: IntoIterator<Item = &'a [u8]>,
 {
+    rendezvous_pick_hashed(
+        key,
+        routees
+            .into_iter()
+            .map(|routee| (stable_hash(routee), routee)),
+    )
+}
+
+/// [`rendezvous_pick`] over `(stable_hash(id), id)` pairs, for callers that keep each routee's
+/// hash instead of hashing its id for every key.
+#[must_use]
+pub fn rendezvous_pick_hashed<'a, I>(key: &[u8], routees: I) -> Option<usize>
+where
+    I: IntoIterator<Item = (u64, &'a [u8])>,
+{
     let key_hash = stable_hash(key);
     let mut best: Option<(u64, &[u8], usize)> = None;
-    for (index, routee) in routees.into_iter().enumerate() {
-        let score = rendezvous_score(key_hash, routee);
+    for (index, (routee_hash, routee)) in routees.into_iter().enumerate() {
+        let score = rendezvous_score_hashed(key_hash, routee_hash);
         let better = match best {
             None => true,
             Some((best_score, best_id, _)) => {
