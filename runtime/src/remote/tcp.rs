@@ -29,6 +29,12 @@
 //! that connection only. Every close is counted by [`CloseReason`] in [`TransportStats`];
 //! abnormal ones are logged at `warn`, at most one line per peer IP per
 //! [`LOG_INTERVAL`] (the rest at `debug`), so a flood of bad connections cannot flood the log.
+//! At most `max_pending_handshakes` accepted connections may be in their handshake at once;
+//! more are closed on arrival, so silent connections cost bounded memory.
+//!
+//! # TLS
+//! With [`TcpTransportConfig::with_tls`] every connection is mutual TLS first (see
+//! [`tls`](super::tls)); the handshake then runs inside it unchanged.
 
 use std::collections::HashMap;
 use std::fmt;
