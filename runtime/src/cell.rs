@@ -3,8 +3,8 @@
 //! A cell is what an [`crate::ActorRef`] points at. It outlives the actor's task for as long as
 //! refs exist, so a send to a stopped actor finds a closed mailbox and becomes a dead letter.
 
+use rustc_hash::FxHashMap;
 use std::any::Any;
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -84,12 +84,51 @@ impl fmt::Debug for dyn AnyCell {
 }
 
 /// The live children of an actor, by name. A name is taken from spawn until the child has
-/// fully terminated.
+/// fully terminated. The map is allocated with the first child: most actors have none.
 #[derive(Default)]
 pub(crate) struct Children {
-    pub(crate) by_name: HashMap<String, Arc<dyn AnyCell>>,
+    by_name: Option<Box<FxHashMap<String, Arc<dyn AnyCell>>>>,
     /// Set once the actor begins to stop: no new children after that.
     pub(crate) closed: bool,
+    /// The actor is waiting for its children to terminate: a terminating child tells it.
+    /// Otherwise a child leaves quietly (no wake-up of a parent that does not care).
+    pub(crate) awaited: bool,
+}
+
+impl Children {
+    pub(crate) fn get(&self, name: &str) -> Option<&Arc<dyn AnyCell>> {
+        self.by_name.as_ref()?.get(name)
+    }
+
+    pub(crate) fn contains(&self, name: &str) -> bool {
+        self.get(name).is_some()
+    }
+
+    pub(crate) fn insert(&mut self, name: &str, child: Arc<dyn AnyCell>) {
+        self.by_name
+            .get_or_insert_with(Box::default)
+            .insert(name.to_owned(), child);
+    }
+
+    /// Remove the child named `name` if it is the incarnation `id`.
+    pub(crate) fn remove(&mut self, name: &str, id: ActorId) {
+        if let Some(map) = &mut self.by_name
+            && map.get(name).is_some_and(|child| child.id() == id)
+        {
+            map.remove(name);
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.by_name.as_ref().is_none_or(|map| map.is_empty())
+    }
+
+    pub(crate) fn all(&self) -> Vec<Arc<dyn AnyCell>> {
+        self.by_name
+            .as_ref()
+            .map(|map| map.values().cloned().collect())
+            .unwrap_or_default()
+    }
 }
 
 /// Whether an actor has terminated, and a way to wait for it.

@@ -1,7 +1,6 @@
 //! [`Context`]: what an actor can do from inside its hooks — spawn children, watch, stop itself,
 //! schedule messages to itself.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +19,7 @@ pub struct Context<A: Actor> {
     pub(crate) stop_requested: bool,
     /// What this actor watches, so a watcher that dies first can unwatch (its targets would
     /// otherwise keep it referenced until they die).
-    pub(crate) watching: HashMap<ActorId, Arc<dyn AnyCell>>,
+    pub(crate) watching: Vec<(ActorId, Arc<dyn AnyCell>)>,
     pub(crate) sender: Option<ActorPath>,
     timers: Vec<tokio::task::AbortHandle>,
 }
@@ -68,7 +67,7 @@ impl<A: Actor> Context<A> {
         Self {
             cell,
             stop_requested: false,
-            watching: HashMap::new(),
+            watching: Vec::new(),
             sender: None,
             timers: Vec::new(),
         }
@@ -125,14 +124,9 @@ impl<A: Actor> Context<A> {
     /// The live child named `name`.
     #[must_use]
     pub fn child(&self, name: &str) -> Option<AnyActorRef> {
-        self.cell
-            .children
-            .lock()
-            .by_name
-            .get(name)
-            .map(|cell| AnyActorRef {
-                cell: Arc::clone(cell),
-            })
+        self.cell.children.lock().get(name).map(|cell| AnyActorRef {
+            cell: Arc::clone(cell),
+        })
     }
 
     /// All live children.
@@ -141,11 +135,9 @@ impl<A: Actor> Context<A> {
         self.cell
             .children
             .lock()
-            .by_name
-            .values()
-            .map(|cell| AnyActorRef {
-                cell: Arc::clone(cell),
-            })
+            .all()
+            .into_iter()
+            .map(|cell| AnyActorRef { cell })
             .collect()
     }
 
@@ -158,10 +150,10 @@ impl<A: Actor> Context<A> {
     /// if it already has. Watching twice is the same as watching once.
     pub fn watch(&mut self, target: &impl Watchable) {
         let target = target.to_any_ref();
-        if self.watching.contains_key(&target.id()) {
+        if self.watching.iter().any(|(id, _)| *id == target.id()) {
             return;
         }
-        self.watching.insert(target.id(), Arc::clone(&target.cell));
+        self.watching.push((target.id(), Arc::clone(&target.cell)));
         let me: Arc<dyn AnyCell> = Arc::clone(&self.cell) as Arc<dyn AnyCell>;
         if target.cell.send_system(SystemMsg::Watch(me)).is_err() {
             // Already terminated: deliver through our own mailbox like any other Terminated.
@@ -178,7 +170,7 @@ impl<A: Actor> Context<A> {
     /// Stop watching `target`; no `Terminated` is delivered for it afterwards.
     pub fn unwatch(&mut self, target: &impl Watchable) {
         let target = target.to_any_ref();
-        if self.watching.remove(&target.id()).is_some() {
+        if self.forget_watched(target.id()) {
             let _ = target.cell.send_system(SystemMsg::Unwatch(self.cell.id));
         }
     }
@@ -197,9 +189,20 @@ impl<A: Actor> Context<A> {
         TimerHandle(handle)
     }
 
+    /// Stop tracking `id`; whether it was watched.
+    pub(crate) fn forget_watched(&mut self, id: ActorId) -> bool {
+        match self.watching.iter().position(|(watched, _)| *watched == id) {
+            Some(index) => {
+                self.watching.swap_remove(index);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Tell everything this actor watches to forget it (it is terminating).
     pub(crate) fn unwatch_all(&mut self) {
-        for (_, target) in self.watching.drain() {
+        for (_, target) in self.watching.drain(..) {
             let _ = target.send_system(SystemMsg::Unwatch(self.cell.id));
         }
     }

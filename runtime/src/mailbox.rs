@@ -107,8 +107,22 @@ struct Lanes<U, S> {
     user: VecDeque<U>,
     system: VecDeque<S>,
     closed: bool,
-    /// The actor's waker while it waits for a message.
+    /// The actor's waker, kept between waits so parking does not clone it every time.
     waker: Option<Waker>,
+    /// The actor is parked waiting for a message: the next push must wake it.
+    parked: bool,
+}
+
+impl<U, S> Lanes<U, S> {
+    /// The waker to wake after unlocking, if the actor is parked (a busy actor is not woken:
+    /// it will find the message before it parks again).
+    fn wake(&mut self) -> Option<Waker> {
+        if std::mem::take(&mut self.parked) {
+            self.waker.clone()
+        } else {
+            None
+        }
+    }
 }
 
 impl<U, S> Mailbox<U, S> {
@@ -119,6 +133,7 @@ impl<U, S> Mailbox<U, S> {
                 system: VecDeque::new(),
                 closed: false,
                 waker: None,
+                parked: false,
             }),
             depth: AtomicUsize::new(0),
             capacity: config.capacity(),
@@ -141,7 +156,7 @@ impl<U, S> Mailbox<U, S> {
             }
             lanes.user.push_back(message);
             self.depth.store(lanes.user.len(), Ordering::Relaxed);
-            lanes.waker.take()
+            lanes.wake()
         };
         if let Some(waker) = waker {
             waker.wake();
@@ -157,7 +172,7 @@ impl<U, S> Mailbox<U, S> {
                 return Err(message);
             }
             lanes.system.push_back(message);
-            lanes.waker.take()
+            lanes.wake()
         };
         if let Some(waker) = waker {
             waker.wake();
@@ -179,6 +194,7 @@ impl<U, S> Mailbox<U, S> {
             Some(waker) if waker.will_wake(cx.waker()) => {}
             _ => lanes.waker = Some(cx.waker().clone()),
         }
+        lanes.parked = true;
         Poll::Pending
     }
 
@@ -187,6 +203,7 @@ impl<U, S> Mailbox<U, S> {
         let mut lanes = self.lanes.lock();
         lanes.closed = true;
         lanes.waker = None;
+        lanes.parked = false;
         self.depth.store(0, Ordering::Relaxed);
         let user = std::mem::take(&mut lanes.user).into();
         let system = std::mem::take(&mut lanes.system).into();

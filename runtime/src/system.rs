@@ -316,7 +316,7 @@ impl ActorSystem {
         }
         .ok_or_else(not_found)?;
         for element in rest {
-            let next = current.children().lock().by_name.get(*element).cloned();
+            let next = current.children().lock().get(element).cloned();
             current = next.ok_or_else(not_found)?;
         }
         if current.termination().is_done() {
@@ -418,15 +418,13 @@ pub(crate) fn spawn_child<A: Actor>(
                 name: name.to_owned(),
             });
         }
-        if children.by_name.contains_key(name) {
+        if children.contains(name) {
             return Err(SpawnError::NameTaken {
                 parent: parent.path().clone(),
                 name: name.to_owned(),
             });
         }
-        children
-            .by_name
-            .insert(name.to_owned(), Arc::clone(&cell) as Arc<dyn AnyCell>);
+        children.insert(name, Arc::clone(&cell) as Arc<dyn AnyCell>);
     }
     system.runtime.spawn(task::run(
         Arc::clone(&cell),

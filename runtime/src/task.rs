@@ -166,7 +166,7 @@ impl<A: Actor> Runner<A> {
                 AfterFailure::Continue
             }
             SystemMsg::Terminated(terminated) => {
-                if self.ctx.watching.remove(&terminated.id).is_none() {
+                if !self.ctx.forget_watched(terminated.id) {
                     return AfterFailure::Continue;
                 }
                 let actor = self.actor.as_mut().expect("a live actor has an instance");
@@ -244,12 +244,13 @@ impl<A: Actor> Runner<A> {
             if closing {
                 children.closed = true;
             }
-            children.by_name.values().cloned().collect()
+            children.awaited = true;
+            children.all()
         };
         for child in &children {
             let _ = child.send_system(SystemMsg::Stop);
         }
-        while !self.cell.children.lock().by_name.is_empty() {
+        while !self.cell.children.lock().is_empty() {
             let next = poll_fn(|cx| self.cell.mailbox.poll_next(cx, false)).await;
             let Next::System(message) = next else {
                 unreachable!("only system messages are polled while stopping children")
@@ -268,6 +269,9 @@ impl<A: Actor> Runner<A> {
                     }
                 }
             }
+        }
+        if !closing {
+            self.cell.children.lock().awaited = false;
         }
     }
 
@@ -300,18 +304,16 @@ impl<A: Actor> Runner<A> {
             let _ = watcher.send_system(SystemMsg::Terminated(terminated.clone()));
         }
         if let Some(parent) = self.parent.take() {
-            {
+            let awaited = {
                 let mut children = parent.children().lock();
-                let name = self.cell.path.name();
-                if children
-                    .by_name
-                    .get(name)
-                    .is_some_and(|child| child.id() == self.cell.id)
-                {
-                    children.by_name.remove(name);
-                }
+                children.remove(self.cell.path.name(), self.cell.id);
+                children.awaited
+            };
+            // Only a parent waiting for its children is woken; it re-checks the map under the
+            // same lock, so it cannot miss this removal.
+            if awaited {
+                let _ = parent.send_system(SystemMsg::ChildTerminated);
             }
-            let _ = parent.send_system(SystemMsg::ChildTerminated);
         }
         self.cell.termination.mark_done();
     }
