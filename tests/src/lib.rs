@@ -92,7 +92,12 @@ impl Process {
     ///
     /// # Panics
     /// When no such line arrives within `timeout`.
-    pub async fn wait_for(&mut self, timeout: Duration, what: &str, mut predicate: impl FnMut(&serde_json::Value) -> bool) -> serde_json::Value {
+    pub async fn wait_for(
+        &mut self,
+        timeout: Duration,
+        what: &str,
+        mut predicate: impl FnMut(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
         if let Some(found) = self.seen.iter().find(|v| predicate(v)) {
             return found.clone();
         }
@@ -100,8 +105,18 @@ impl Process {
         loop {
             let line = tokio::time::timeout_at(deadline, self.lines.recv())
                 .await
-                .unwrap_or_else(|_| panic!("timed out after {timeout:?} waiting for {what}; saw {:#?}", self.seen))
-                .unwrap_or_else(|| panic!("process exited while waiting for {what}; saw {:#?}", self.seen));
+                .unwrap_or_else(|_| {
+                    panic!(
+                        "timed out after {timeout:?} waiting for {what}; saw {:#?}",
+                        self.seen
+                    )
+                })
+                .unwrap_or_else(|| {
+                    panic!(
+                        "process exited while waiting for {what}; saw {:#?}",
+                        self.seen
+                    )
+                });
             self.seen.push(line.clone());
             if predicate(&line) {
                 return line;
@@ -120,7 +135,9 @@ impl Process {
     /// When the process does not exit in time.
     pub async fn terminate(&mut self, timeout: Duration) -> std::process::ExitStatus {
         if let Some(pid) = self.child.id() {
-            let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
         }
         tokio::time::timeout(timeout, self.child.wait())
             .await

@@ -31,11 +31,16 @@ fn is_event(line: &serde_json::Value, kind: &str, port: u16) -> bool {
 async fn three_agents() -> (Vec<Process>, Vec<u16>) {
     let agent = binary("troupe-agent");
     let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let mut agents: Vec<Process> = ports.iter().map(|&p| Process::start(&agent, &agent_args(p, ports[0]))).collect();
+    let mut agents: Vec<Process> = ports
+        .iter()
+        .map(|&p| Process::start(&agent, &agent_args(p, ports[0])))
+        .collect();
     for agent in &mut agents {
         for &port in &ports {
             agent
-                .wait_for(WAIT, &format!("MemberUp of {port}"), |l| is_event(l, "MemberUp", port))
+                .wait_for(WAIT, &format!("MemberUp of {port}"), |l| {
+                    is_event(l, "MemberUp", port)
+                })
                 .await;
         }
     }
@@ -50,18 +55,27 @@ async fn a_sigkilled_agent_is_seen_unreachable_then_removed_by_the_other_two() {
     agents[2].kill().await;
     for agent in &mut agents[..2] {
         agent
-            .wait_for(WAIT, "MemberUnreachable of the killed agent", |l| is_event(l, "MemberUnreachable", victim))
+            .wait_for(WAIT, "MemberUnreachable of the killed agent", |l| {
+                is_event(l, "MemberUnreachable", victim)
+            })
             .await;
     }
     let unreachable_after = killed_at.elapsed();
     for agent in &mut agents[..2] {
         agent
-            .wait_for(WAIT, "MemberRemoved of the killed agent", |l| is_event(l, "MemberRemoved", victim))
+            .wait_for(WAIT, "MemberRemoved of the killed agent", |l| {
+                is_event(l, "MemberRemoved", victim)
+            })
             .await;
     }
     let removed_after = killed_at.elapsed();
-    eprintln!("SIGKILL → MemberUnreachable on both peers: {unreachable_after:?}; → MemberRemoved: {removed_after:?}");
-    assert!(unreachable_after < Duration::from_secs(10), "{unreachable_after:?}");
+    eprintln!(
+        "SIGKILL → MemberUnreachable on both peers: {unreachable_after:?}; → MemberRemoved: {removed_after:?}"
+    );
+    assert!(
+        unreachable_after < Duration::from_secs(10),
+        "{unreachable_after:?}"
+    );
     for agent in &mut agents[..2] {
         agent.kill().await;
     }
@@ -75,15 +89,24 @@ async fn a_sigtermed_agent_leaves_gracefully_and_exits_zero() {
     for index in [0, 2] {
         let agent = &mut agents[index];
         agent
-            .wait_for(WAIT, "MemberLeft of the terminated agent", |l| is_event(l, "MemberLeft", ports[1]))
+            .wait_for(WAIT, "MemberLeft of the terminated agent", |l| {
+                is_event(l, "MemberLeft", ports[1])
+            })
             .await;
         agent
-            .wait_for(WAIT, "MemberRemoved of the terminated agent", |l| is_event(l, "MemberRemoved", ports[1]))
+            .wait_for(WAIT, "MemberRemoved of the terminated agent", |l| {
+                is_event(l, "MemberRemoved", ports[1])
+            })
             .await;
     }
     // It left; it was never unreachable.
     for agent in [&agents[0], &agents[2]] {
-        assert!(!agent.seen.iter().any(|l| is_event(l, "MemberUnreachable", ports[1])));
+        assert!(
+            !agent
+                .seen
+                .iter()
+                .any(|l| is_event(l, "MemberUnreachable", ports[1]))
+        );
     }
     for agent in &mut agents {
         agent.kill().await;

@@ -52,7 +52,10 @@ async fn start_server() -> Server {
         {
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "server did not answer");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "server did not answer"
+        );
         // Drain its stdout so it never blocks (it logs to stderr).
         let _ = process.lines.try_recv();
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -88,7 +91,11 @@ fn agent_args(port: u16, seed: u16, control_plane: &str) -> Vec<String> {
 }
 
 async fn members(client: &reqwest::Client, base: &str) -> Vec<serde_json::Value> {
-    let Ok(response) = client.get(format!("{base}/clusters/e2e/members")).send().await else {
+    let Ok(response) = client
+        .get(format!("{base}/clusters/e2e/members"))
+        .send()
+        .await
+    else {
         return Vec::new();
     };
     if !response.status().is_success() {
@@ -98,14 +105,22 @@ async fn members(client: &reqwest::Client, base: &str) -> Vec<serde_json::Value>
     body["members"].as_array().cloned().unwrap_or_default()
 }
 
-async fn wait_members(client: &reqwest::Client, base: &str, what: &str, mut ok: impl FnMut(&[serde_json::Value]) -> bool) {
+async fn wait_members(
+    client: &reqwest::Client,
+    base: &str,
+    what: &str,
+    mut ok: impl FnMut(&[serde_json::Value]) -> bool,
+) {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let members = members(client, base).await;
         if ok(&members) {
             return;
         }
-        assert!(tokio::time::Instant::now() < deadline, "{what}: members {members:#?}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: members {members:#?}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
@@ -133,7 +148,11 @@ async fn the_api_shows_the_reported_cluster_and_a_queued_down_is_carried_out() {
         .send()
         .await
         .unwrap();
-    assert_eq!(unauthorized.status(), 401, "a mutation without the admin token is refused");
+    assert_eq!(
+        unauthorized.status(),
+        401,
+        "a mutation without the admin token is refused"
+    );
     let queued = client
         .put(format!("{}/clusters/e2e/members/{target}", server.base))
         .bearer_auth("admin-secret")
@@ -150,9 +169,15 @@ async fn the_api_shows_the_reported_cluster_and_a_queued_down_is_carried_out() {
                 && l["member"]["address"] == format!("troupe://e2e@{target}")
         })
         .await;
-    wait_members(&client, &server.base, "the downed member gone from the API", |m| {
-        m.iter().filter(|m| m["status"] == "up").count() == 2 && !m.iter().any(|m| m["node"] == target.as_str())
-    })
+    wait_members(
+        &client,
+        &server.base,
+        "the downed member gone from the API",
+        |m| {
+            m.iter().filter(|m| m["status"] == "up").count() == 2
+                && !m.iter().any(|m| m["node"] == target.as_str())
+        },
+    )
     .await;
     for agent in &mut agents {
         agent.kill().await;
