@@ -12,11 +12,14 @@ pub mod routers;
 pub mod singletons;
 pub mod stream;
 
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderValue};
-use actix_web::{HttpResponse, ResponseError, web};
+use actix_web::{HttpResponse, ResponseError, middleware, web};
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
+use tracing::Instrument;
 use utoipa::ToSchema;
 
 use crate::app::AppState;
@@ -104,6 +107,7 @@ pub fn configure(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
             .route("/metrics", web::get().to(metrics))
             .service(
                 web::scope("/api/v1")
+                    .wrap(middleware::from_fn(trace_request))
                     .route("/ingest", web::post().to(ingest::ingest))
                     .route("/openapi.json", web::get().to(openapi::document))
                     .route("/docs", web::get().to(openapi::docs_page))
@@ -148,6 +152,32 @@ pub fn configure(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
                     ),
             );
     }
+}
+
+/// Wraps each API request in a span named after its route (`GET /api/v1/clusters/{cluster}`),
+/// which OpenTelemetry exports when tracing is on.
+async fn trace_request(
+    req: ServiceRequest,
+    next: middleware::Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let method = req.method().clone();
+    // The app's resource map knows the route before the scope has routed the request.
+    let route = req
+        .resource_map()
+        .match_pattern(req.path())
+        .unwrap_or_else(|| "unmatched".to_owned());
+    let span = tracing::info_span!(
+        "request",
+        otel.name = %format!("{method} {route}"),
+        otel.kind = "server",
+        http.request.method = %method,
+        http.route = %route,
+        url.path = %req.path(),
+        http.response.status_code = tracing::field::Empty,
+    );
+    let response = next.call(req).instrument(span.clone()).await?;
+    span.record("http.response.status_code", response.status().as_u16());
+    Ok(response)
 }
 
 /// `GET /metrics`: Prometheus metrics in OpenMetrics text.

@@ -2,10 +2,12 @@
 
 use clap::Parser;
 
-#[actix_web::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     let config = troupe_server::Config::parse();
-    troupe_server::telemetry::init(&config);
-    troupe_server::App::build(config).await?.run().await?;
-    Ok(())
+    // Before the runtime: the OTLP exporters' blocking HTTP clients must not be made on it.
+    let telemetry = troupe_server::telemetry::init(&config)?;
+    let served = actix_web::rt::System::new()
+        .block_on(async move { troupe_server::App::build(config).await?.run().await });
+    telemetry.shutdown();
+    Ok(served?)
 }

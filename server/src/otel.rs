@@ -93,14 +93,8 @@ impl EventExport {
             .with_protocol(Protocol::HttpBinary)
             .with_endpoint(url.clone())
             .build()?;
-        let mut resource = Resource::builder();
-        let named_by_env = std::env::var_os("OTEL_SERVICE_NAME").is_some()
-            || std::env::var("OTEL_RESOURCE_ATTRIBUTES").is_ok_and(|a| a.contains("service.name"));
-        if !named_by_env {
-            resource = resource.with_service_name("troupe-server");
-        }
         let provider = SdkLoggerProvider::builder()
-            .with_resource(resource.build())
+            .with_resource(resource())
             .with_batch_exporter(exporter)
             .build();
         let logger = provider.logger("troupe-server");
@@ -157,6 +151,18 @@ impl EventExport {
             tracing::warn!(%error, "shutting the OpenTelemetry exporter down failed");
         }
     }
+}
+
+/// The resource every export carries: the `OTEL_*` environment's, named `troupe-server` unless
+/// the environment names it.
+pub(crate) fn resource() -> Resource {
+    let mut resource = Resource::builder();
+    let named_by_env = std::env::var_os("OTEL_SERVICE_NAME").is_some()
+        || std::env::var("OTEL_RESOURCE_ATTRIBUTES").is_ok_and(|a| a.contains("service.name"));
+    if !named_by_env {
+        resource = resource.with_service_name("troupe-server");
+    }
+    resource.build()
 }
 
 fn severity(body: &EventBody) -> Severity {

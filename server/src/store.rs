@@ -389,6 +389,12 @@ impl Store {
     }
 
     /// Stores `batch` whole, or recognises it as stored before; see the module docs.
+    #[tracing::instrument(name = "store.ingest", skip_all, fields(
+        cluster = %batch.identity.cluster,
+        node = %batch.identity.node,
+        sequence = batch.sequence,
+        events = batch.events.len(),
+    ))]
     pub async fn ingest(
         &self,
         batch: &ReportBatch,

@@ -1,18 +1,85 @@
-//! Logging: `tracing` to stderr as text or JSON lines, filtered by `--log-filter`.
+//! Logging and tracing: `tracing` to stderr as text or JSON lines, filtered by `--log-filter`;
+//! with an OTLP endpoint (`OTEL_EXPORTER_OTLP_ENDPOINT`) the server's own request spans also
+//! leave as OpenTelemetry traces (http/protobuf, `<endpoint>/v1/traces`).
 
-use tracing_subscriber::EnvFilter;
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::{Protocol, SpanExporter, WithExportConfig};
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
 
 use crate::Config;
+use crate::otel::{Endpoint, ExportError, resource};
 
-/// Installs the global subscriber; a second call (tests) is a no-op.
-pub fn init(config: &Config) {
+/// What [`init`] installed; flush or shut it down before exiting.
+#[derive(Debug, Default)]
+pub struct Telemetry {
+    tracer_provider: Option<SdkTracerProvider>,
+}
+
+impl Telemetry {
+    /// Exports the spans finished so far (blocking).
+    pub fn flush(&self) {
+        if let Some(provider) = &self.tracer_provider
+            && let Err(error) = provider.force_flush()
+        {
+            tracing::warn!(%error, "flushing spans failed");
+        }
+    }
+
+    /// Flushes and stops the span exporter (blocking).
+    pub fn shutdown(&self) {
+        if let Some(provider) = &self.tracer_provider
+            && let Err(error) = provider.shutdown()
+        {
+            tracing::warn!(%error, "shutting the span exporter down failed");
+        }
+    }
+}
+
+/// The traces URL for the configured base endpoint, if request tracing is on.
+#[must_use]
+pub fn traces_url(config: &Config) -> Option<String> {
+    match Endpoint::from_config(config)? {
+        Endpoint::Base(base) => Some(format!("{}/v1/traces", base.trim_end_matches('/'))),
+        Endpoint::Logs(_) => None,
+    }
+}
+
+/// Installs the global subscriber (a second call, as in tests, keeps the first). Call it
+/// before the async runtime starts: the span exporter's blocking HTTP client must not be made
+/// on a runtime thread.
+pub fn init(config: &Config) -> Result<Telemetry, ExportError> {
     let filter = EnvFilter::try_new(&config.log_filter).unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = if config.log_json {
-        builder.json().flatten_event(true).try_init()
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let fmt = if config.log_json {
+        fmt.json().flatten_event(true).boxed()
     } else {
-        builder.try_init()
+        fmt.boxed()
     };
+    let mut telemetry = Telemetry::default();
+    let otel = match traces_url(config) {
+        Some(url) => {
+            let exporter = SpanExporter::builder()
+                .with_http()
+                .with_protocol(Protocol::HttpBinary)
+                .with_endpoint(url)
+                .build()?;
+            let provider = SdkTracerProvider::builder()
+                .with_resource(resource())
+                .with_batch_exporter(exporter)
+                .build();
+            let tracer = provider.tracer("troupe-server");
+            telemetry.tracer_provider = Some(provider);
+            Some(tracing_opentelemetry::layer().with_tracer(tracer))
+        }
+        None => None,
+    };
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt)
+        .with(otel)
+        .try_init();
+    Ok(telemetry)
 }
