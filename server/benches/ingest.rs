@@ -238,6 +238,15 @@ fn main() {
             .unwrap();
             done += n;
         }
+        // The per-minute rollup ingest keeps, for the filled dead letters.
+        sqlx::query(
+            "INSERT INTO dead_letter_minutes (cluster_id, agent_id, minute_ms, recipient, message_type, count)
+             SELECT cluster_id, agent_id, (at_ms / 60000) * 60000, recipient, message_type, COUNT(*)
+             FROM dead_letters GROUP BY 1, 2, 3, 4, 5",
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
         sqlx::query("VACUUM ANALYZE").execute(&pool).await.unwrap();
     });
     let fill_time = fill_started.elapsed();

@@ -514,7 +514,7 @@ impl Store {
         }))
     }
 
-    /// Dead letters per minute over the filter's time range, oldest minute first.
+    /// Dead letters per minute over the filter's time range (whole minutes), oldest first.
     pub async fn dead_letter_counts(
         &self,
         cluster_id: i64,
@@ -523,8 +523,22 @@ impl Store {
         Ok(with_pool!(self, |pool| {
             let mut q = sqlx::QueryBuilder::new(sql::DEAD_LETTER_COUNTS_SELECT);
             q.push_bind(cluster_id);
-            push_dead_letter_filter(&mut q, filter);
-            q.push(" GROUP BY minute_ms ORDER BY minute_ms");
+            if let Some(recipient) = &filter.recipient {
+                q.push(" AND d.recipient = ").push_bind(recipient.clone());
+            }
+            if let Some(message_type) = &filter.message_type {
+                q.push(" AND d.message_type = ")
+                    .push_bind(message_type.clone());
+            }
+            // Whole minutes: the one holding `since` counts entirely.
+            if let Some(since) = filter.since_ms {
+                q.push(" AND d.minute_ms >= ")
+                    .push_bind(since.div_euclid(60_000) * 60_000);
+            }
+            if let Some(until) = filter.until_ms {
+                q.push(" AND d.minute_ms < ").push_bind(until);
+            }
+            q.push(" GROUP BY d.minute_ms ORDER BY d.minute_ms");
             q.build_query_as().fetch_all(pool).await?
         }))
     }

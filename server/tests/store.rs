@@ -54,6 +54,7 @@ store_suite!(
     depth_ticks_are_stored_one_row_per_tick,
     concurrent_batches_touching_the_same_members_in_opposite_orders_all_commit,
     history_is_ordered_by_event_time_not_arrival,
+    per_minute_counts_add_up_across_batches_and_agents_and_ignore_retries,
 );
 
 async fn cluster_id(store: &Store, name: &str) -> i64 {
@@ -625,4 +626,37 @@ async fn history_is_ordered_by_event_time_not_arrival(store: &Store) {
         .map(|d| d.recipient)
         .collect();
     assert_eq!(recipients, ["/new", "/old"]);
+}
+
+async fn per_minute_counts_add_up_across_batches_and_agents_and_ignore_retries(store: &Store) {
+    let first = BatchBuilder::new("app", "a:1", 1)
+        .dead_letter(1_000, "/user/a", "A")
+        .dead_letter(2_000, "/user/a", "A")
+        .build();
+    let second = BatchBuilder::new("app", "a:1", 2)
+        .dead_letter(3_000, "/user/a", "A")
+        .dead_letter(61_000, "/user/a", "A")
+        .build();
+    let other_agent = BatchBuilder::new("app", "b:1", 1)
+        .dead_letter(4_000, "/user/a", "A")
+        .build();
+    for batch in [&first, &second, &first, &other_agent, &second] {
+        store.ingest(batch, 1).await.unwrap();
+    }
+    let counts = store
+        .dead_letter_counts(
+            cluster_id(store, "app").await,
+            &DeadLetterFilter {
+                since_ms: Some(30_000),
+                ..DeadLetterFilter::default()
+            },
+        )
+        .await
+        .unwrap();
+    let counts: Vec<_> = counts.iter().map(|c| (c.minute_ms, c.count)).collect();
+    assert_eq!(
+        counts,
+        [(0, 4), (60_000, 1)],
+        "the minute holding `since` counts whole"
+    );
 }

@@ -18,6 +18,14 @@ SELECT $1, $2, t.at_ms, t.recipient, t.sender, t.message_type, t.reason
 FROM UNNEST($3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[])
     AS t(at_ms, recipient, sender, message_type, reason)";
 
+const UPSERT_DEAD_LETTER_MINUTES: &str = "\
+INSERT INTO dead_letter_minutes (cluster_id, agent_id, minute_ms, recipient, message_type, count)
+SELECT $1, $2, t.minute_ms, t.recipient, t.message_type, t.count
+FROM UNNEST($3::bigint[], $4::text[], $5::text[], $6::bigint[])
+    AS t(minute_ms, recipient, message_type, count)
+ON CONFLICT (cluster_id, minute_ms, agent_id, recipient, message_type)
+DO UPDATE SET count = dead_letter_minutes.count + excluded.count";
+
 const INSERT_DEPTH_TICKS: &str = "\
 INSERT INTO depth_ticks (cluster_id, agent_id, at_ms, samples)
 SELECT $1, $2, t.at_ms, t.samples FROM UNNEST($3::bigint[], $4::text[]) AS t(at_ms, samples)";
@@ -60,6 +68,18 @@ pub(super) async fn ingest(
             .bind(&d.sender)
             .bind(&d.message_type)
             .bind(&d.reason)
+            .execute(&mut *tx)
+            .await?;
+    }
+    if !rows.dead_letter_minutes.minute_ms.is_empty() {
+        let m = &rows.dead_letter_minutes;
+        sqlx::query(UPSERT_DEAD_LETTER_MINUTES)
+            .bind(cluster_id)
+            .bind(agent_id)
+            .bind(&m.minute_ms)
+            .bind(&m.recipient)
+            .bind(&m.message_type)
+            .bind(&m.count)
             .execute(&mut *tx)
             .await?;
     }

@@ -21,6 +21,15 @@ pub(super) struct DeadLetterColumns {
     pub(super) reason: Vec<String>,
 }
 
+/// Dead letters of one batch counted per (minute, recipient, message type), in key order.
+#[derive(Debug, Default)]
+pub(super) struct MinuteCountColumns {
+    pub(super) minute_ms: Vec<i64>,
+    pub(super) recipient: Vec<String>,
+    pub(super) message_type: Vec<String>,
+    pub(super) count: Vec<i64>,
+}
+
 #[derive(Debug, Default)]
 pub(super) struct DepthTickColumns {
     pub(super) at_ms: Vec<i64>,
@@ -32,6 +41,7 @@ pub(super) struct DepthTickColumns {
 pub(super) struct BatchRows {
     pub(super) events: EventColumns,
     pub(super) dead_letters: DeadLetterColumns,
+    pub(super) dead_letter_minutes: MinuteCountColumns,
     pub(super) depth_ticks: DepthTickColumns,
     depth_samples: u64,
 }
@@ -54,6 +64,22 @@ impl BatchRows {
                 c.subject.push(event.body.subject().map(str::to_owned));
                 c.detail.push(serde_json::to_string(&event.body)?);
             }
+        }
+        let mut minutes: std::collections::BTreeMap<(i64, &str, &str), i64> = Default::default();
+        for event in &batch.events {
+            if let EventBody::DeadLetter(d) = &event.body {
+                let minute = event.at_ms.div_euclid(60_000) * 60_000;
+                *minutes
+                    .entry((minute, d.recipient.as_str(), d.message_type.as_str()))
+                    .or_default() += 1;
+            }
+        }
+        for ((minute_ms, recipient, message_type), count) in minutes {
+            let c = &mut rows.dead_letter_minutes;
+            c.minute_ms.push(minute_ms);
+            c.recipient.push(recipient.to_owned());
+            c.message_type.push(message_type.to_owned());
+            c.count.push(count);
         }
         for tick in &batch.depth_samples {
             rows.depth_ticks.at_ms.push(tick.at_ms);

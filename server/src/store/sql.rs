@@ -110,6 +110,12 @@ pub(crate) const INSERT_DEAD_LETTER_ROW: &str = "\
 INSERT INTO dead_letters (cluster_id, agent_id, at_ms, recipient, sender, message_type, reason)
 VALUES ($1, $2, $3, $4, $5, $6, $7)";
 
+pub(crate) const UPSERT_DEAD_LETTER_MINUTE_ROW: &str = "\
+INSERT INTO dead_letter_minutes (cluster_id, agent_id, minute_ms, recipient, message_type, count)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (cluster_id, minute_ms, agent_id, recipient, message_type)
+DO UPDATE SET count = dead_letter_minutes.count + excluded.count";
+
 pub(crate) const INSERT_DEPTH_TICK_ROW: &str = "\
 INSERT INTO depth_ticks (cluster_id, agent_id, at_ms, samples) VALUES ($1, $2, $3, $4)";
 
@@ -152,8 +158,8 @@ WHERE d.cluster_id = ";
 
 /// Followed by the bound cluster id, optional filters and the grouping.
 pub(crate) const DEAD_LETTER_COUNTS_SELECT: &str = "\
-SELECT (d.at_ms / 60000) * 60000 AS minute_ms, COUNT(*) AS count
-FROM dead_letters d
+SELECT d.minute_ms, CAST(SUM(d.count) AS BIGINT) AS count
+FROM dead_letter_minutes d
 WHERE d.cluster_id = ";
 
 pub(crate) const SINGLETONS: &str = "\
@@ -181,13 +187,18 @@ SELECT (SELECT COUNT(*) FROM batches), (SELECT COUNT(*) FROM events),
 // --- retention: each takes ($1 cutoff_ms, $2 chunk, $3 cluster_id) ---
 
 /// Per cluster, so the deletes find expired rows through the (cluster_id, at_ms) indexes.
-pub(crate) const RETENTION: [&str; 4] = [
+pub(crate) const RETENTION: [&str; 5] = [
     "DELETE FROM events WHERE id IN
         (SELECT id FROM events WHERE cluster_id = $3 AND at_ms < $1 LIMIT $2)",
     "DELETE FROM dead_letters WHERE id IN
         (SELECT id FROM dead_letters WHERE cluster_id = $3 AND at_ms < $1 LIMIT $2)",
     "DELETE FROM depth_ticks WHERE id IN
         (SELECT id FROM depth_ticks WHERE cluster_id = $3 AND at_ms < $1 LIMIT $2)",
+    // Only whole minutes before the cutoff.
+    "DELETE FROM dead_letter_minutes
+     WHERE (cluster_id, minute_ms, agent_id, recipient, message_type) IN
+        (SELECT cluster_id, minute_ms, agent_id, recipient, message_type
+         FROM dead_letter_minutes WHERE cluster_id = $3 AND minute_ms + 60000 <= $1 LIMIT $2)",
     "DELETE FROM batches WHERE (agent_id, sequence) IN
         (SELECT b.agent_id, b.sequence FROM batches b JOIN agents a ON a.id = b.agent_id
          WHERE a.cluster_id = $3 AND b.received_ms < $1 LIMIT $2)",

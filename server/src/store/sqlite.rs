@@ -49,6 +49,18 @@ pub(super) async fn ingest(
             .execute(&mut *tx)
             .await?;
     }
+    let m = &rows.dead_letter_minutes;
+    for i in 0..m.minute_ms.len() {
+        sqlx::query(sql::UPSERT_DEAD_LETTER_MINUTE_ROW)
+            .bind(cluster_id)
+            .bind(agent_id)
+            .bind(m.minute_ms[i])
+            .bind(&m.recipient[i])
+            .bind(&m.message_type[i])
+            .bind(m.count[i])
+            .execute(&mut *tx)
+            .await?;
+    }
     let t = &rows.depth_ticks;
     for i in 0..t.at_ms.len() {
         sqlx::query(sql::INSERT_DEPTH_TICK_ROW)
