@@ -455,38 +455,30 @@ impl Store {
         cluster_id: i64,
         filter: &EventFilter,
     ) -> Result<Vec<EventRow>, StoreError> {
+        let mut kinds = filter.kinds.clone();
+        kinds.sort();
+        kinds.dedup();
         Ok(with_pool!(self, |pool| {
-            let mut q = sqlx::QueryBuilder::new(sql::EVENTS_SELECT);
-            q.push_bind(cluster_id);
-            if let Some(node) = &filter.node {
-                q.push(" AND a.node = ").push_bind(node.clone());
-            }
-            if let Some(subject) = &filter.subject {
-                q.push(" AND e.subject = ").push_bind(subject.clone());
-            }
-            if let Some(since) = filter.since_ms {
-                q.push(" AND e.at_ms >= ").push_bind(since);
-            }
-            if let Some(until) = filter.until_ms {
-                q.push(" AND e.at_ms < ").push_bind(until);
-            }
-            if let Some((at_ms, id)) = filter.before {
-                q.push(" AND (e.at_ms, e.id) < (")
-                    .push_bind(at_ms)
-                    .push(", ")
-                    .push_bind(id)
-                    .push(")");
-            }
-            if !filter.kinds.is_empty() {
-                q.push(" AND e.kind IN (");
-                let mut list = q.separated(", ");
-                for kind in &filter.kinds {
-                    list.push_bind(kind.clone());
+            let mut q = sqlx::QueryBuilder::new("");
+            match kinds.as_slice() {
+                [] => push_events_page(&mut q, cluster_id, filter, None),
+                [kind] => push_events_page(&mut q, cluster_id, filter, Some(kind)),
+                // One index range per kind, merged: an IN list would make the database walk
+                // the time index and skip every event of other kinds.
+                kinds => {
+                    q.push("SELECT * FROM (");
+                    for (i, kind) in kinds.iter().enumerate() {
+                        if i > 0 {
+                            q.push(" UNION ALL ");
+                        }
+                        q.push("SELECT * FROM (");
+                        push_events_page(&mut q, cluster_id, filter, Some(kind));
+                        q.push(format!(") AS k{i}"));
+                    }
+                    q.push(") AS u ORDER BY at_ms DESC, id DESC LIMIT ")
+                        .push_bind(filter.limit);
                 }
-                q.push(")");
             }
-            q.push(" ORDER BY e.at_ms DESC, e.id DESC LIMIT ")
-                .push_bind(filter.limit);
             q.build_query_as().fetch_all(pool).await?
         }))
     }
@@ -626,6 +618,43 @@ impl Store {
         }
         Ok(deleted)
     }
+}
+
+/// One page of events (optionally of one kind), newest first.
+fn push_events_page<DB: sqlx::Database>(
+    q: &mut sqlx::QueryBuilder<'_, DB>,
+    cluster_id: i64,
+    filter: &EventFilter,
+    kind: Option<&str>,
+) where
+    String: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    i64: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+{
+    q.push(sql::EVENTS_SELECT).push_bind(cluster_id);
+    if let Some(kind) = kind {
+        q.push(" AND e.kind = ").push_bind(kind.to_owned());
+    }
+    if let Some(node) = &filter.node {
+        q.push(" AND a.node = ").push_bind(node.clone());
+    }
+    if let Some(subject) = &filter.subject {
+        q.push(" AND e.subject = ").push_bind(subject.clone());
+    }
+    if let Some(since) = filter.since_ms {
+        q.push(" AND e.at_ms >= ").push_bind(since);
+    }
+    if let Some(until) = filter.until_ms {
+        q.push(" AND e.at_ms < ").push_bind(until);
+    }
+    if let Some((at_ms, id)) = filter.before {
+        q.push(" AND (e.at_ms, e.id) < (")
+            .push_bind(at_ms)
+            .push(", ")
+            .push_bind(id)
+            .push(")");
+    }
+    q.push(" ORDER BY e.at_ms DESC, e.id DESC LIMIT ")
+        .push_bind(filter.limit);
 }
 
 fn push_dead_letter_filter<DB: sqlx::Database>(
