@@ -81,5 +81,5 @@ pub use options::{
     ClusterRouterError, ClusterRouterOptions, DEFAULT_MAILBOX_DEPTH_REFRESH,
     DEFAULT_MAILBOX_DEPTH_STALE_AFTER,
 };
-pub use routee_set::{RouteeSetChange, RoutingTable, resume_cursor, routee_nodes};
+pub use routee_set::{Estimates, RouteeSetChange, RoutingTable, resume_cursor, routee_nodes};
 pub use router::ClusterRouter;

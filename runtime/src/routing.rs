@@ -6,7 +6,7 @@ mod pool;
 mod rendezvous;
 
 pub use logic::{
-    HashedRouteeId, RouteeId, RoutingLogic, RoutingStrategy, Selection, UnknownStrategy,
+    HashedRouteeId, NO_READING, RouteeId, RoutingLogic, RoutingStrategy, Selection, UnknownStrategy,
 };
 pub use pool::{PoolRouter, PoolRouterConfig, RouterConfigError};
 pub use rendezvous::{

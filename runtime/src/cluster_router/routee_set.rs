@@ -15,7 +15,7 @@ use super::depth_cache::Reading;
 use crate::cluster::ClusterView;
 use crate::path::ActorPath;
 use crate::remote::Address;
-use crate::routing::{HashedRouteeId, RoutingLogic, RoutingStrategy, Selection};
+use crate::routing::{HashedRouteeId, NO_READING, RoutingLogic, RoutingStrategy, Selection};
 
 /// The nodes that host routees in `view`: up and reachable members carrying `role` (any member
 /// without a role filter), ordered by address, each address once.
@@ -80,6 +80,23 @@ pub fn resume_cursor(new: &[Address], last_chosen: Option<&Address>) -> usize {
     }
 }
 
+/// A smallest-mailbox router's running estimate of each routee's queue: its reading plus the
+/// messages the router has sent it since ([`NO_READING`] without a reading), and a floor no
+/// estimate is below, which lets the scan stop early.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Estimates {
+    values: Vec<usize>,
+    floor: usize,
+}
+
+impl Estimates {
+    /// The estimate of each routee, in table order.
+    #[must_use]
+    pub fn values(&self) -> &[usize] {
+        &self.values
+    }
+}
+
 /// What one routing decision reads: the routee nodes in order, each routee's stable id (its
 /// full path, which consistent hashing scores) and its last usable depth reading.
 ///
@@ -89,7 +106,8 @@ pub fn resume_cursor(new: &[Address], last_chosen: Option<&Address>) -> usize {
 pub struct RoutingTable {
     nodes: Arc<[Address]>,
     ids: Arc<[HashedRouteeId]>,
-    depths: Arc<[Option<usize>]>,
+    /// [`NO_READING`] for a routee without a usable reading.
+    depths: Arc<[usize]>,
     /// When each reading arrived, so a router can tell a new reading from the one it has been
     /// adding its own sends to.
     stamps: Arc<[Option<Instant>]>,
@@ -113,7 +131,7 @@ impl RoutingTable {
         Self {
             nodes: nodes.into(),
             ids: ids.into(),
-            depths: vec![None; n].into(),
+            depths: vec![NO_READING; n].into(),
             stamps: vec![None; n].into(),
         }
     }
@@ -129,7 +147,7 @@ impl RoutingTable {
         Self {
             nodes: Arc::clone(&self.nodes),
             ids: Arc::clone(&self.ids),
-            depths: depths.into(),
+            depths: depths.iter().map(|d| d.unwrap_or(NO_READING)).collect(),
             stamps: vec![None; self.nodes.len()].into(),
         }
     }
@@ -144,7 +162,10 @@ impl RoutingTable {
         Self {
             nodes: Arc::clone(&self.nodes),
             ids: Arc::clone(&self.ids),
-            depths: readings.iter().map(|r| r.map(|r| r.depth)).collect(),
+            depths: readings
+                .iter()
+                .map(|r| r.map_or(NO_READING, |r| r.depth))
+                .collect(),
             stamps: readings.iter().map(|r| r.map(|r| r.at)).collect(),
         }
     }
@@ -157,8 +178,11 @@ impl RoutingTable {
 
     /// The usable depth of each routee.
     #[must_use]
-    pub fn depths(&self) -> &[Option<usize>] {
-        &self.depths
+    pub fn depths(&self) -> Vec<Option<usize>> {
+        self.depths
+            .iter()
+            .map(|&d| (d != NO_READING).then_some(d))
+            .collect()
     }
 
     /// How many routees.
@@ -177,42 +201,60 @@ impl RoutingTable {
     /// the readings alone.
     pub fn select(&self, logic: &mut RoutingLogic, key: Option<&[u8]>) -> Selection {
         let depths = &*self.depths;
-        logic.select(&self.ids, key, |i| depths.get(i).copied().flatten())
+        logic.select(&self.ids, key, |i| {
+            depths.get(i).copied().filter(|&d| d != NO_READING)
+        })
     }
 
-    /// Like [`RoutingTable::select`], with `sent[i]` — the messages this router has sent to
-    /// routee `i` since its reading arrived — added to each reading, and the choice counted.
+    /// The starting point of a router's running estimates: each routee's reading as it is.
+    #[must_use]
+    pub fn estimates(&self) -> Estimates {
+        Estimates {
+            values: self.depths.to_vec(),
+            floor: 0,
+        }
+    }
+
+    /// Like [`RoutingTable::select`], choosing by `estimates` — each routee's reading plus the
+    /// messages this router has sent it since (see [`RoutingTable::estimates`] and
+    /// [`RoutingTable::carry_estimates`]) — and counting the choice into them.
     ///
     /// The readings lag by up to a refresh interval; without the router's own sends every
     /// message in that interval would pile onto the routee that last looked shortest.
     ///
     /// # Panics
-    /// If `sent` is not as long as the routee list.
+    /// If `estimates` cover fewer routees than the table has.
     pub fn select_and_count(
         &self,
         logic: &mut RoutingLogic,
         key: Option<&[u8]>,
-        sent: &mut [usize],
+        estimates: &mut Estimates,
     ) -> Selection {
-        assert_eq!(sent.len(), self.nodes.len(), "one count per routee");
-        let depths = &*self.depths;
-        let selection = logic.select(&self.ids, key, |i| {
-            depths[i].map(|depth| depth.saturating_add(sent[i]))
-        });
+        if logic.strategy() != RoutingStrategy::SmallestMailbox {
+            return logic.select(&self.ids, key, |_| None);
+        }
+        let n = self.ids.len();
+        let values = &estimates.values[..n];
+        let selection = logic.select_smallest(n, estimates.floor, |i| values[i]);
         if let Selection::One(index) = selection
-            && logic.strategy() == RoutingStrategy::SmallestMailbox
+            && let Some(estimate) = estimates.values.get_mut(index)
+            && *estimate != NO_READING
         {
-            sent[index] += 1;
+            // The chosen estimate was the smallest: none is below it, and estimates only grow
+            // until the table changes.
+            estimates.floor = *estimate;
+            *estimate += 1;
         }
         selection
     }
 
-    /// The send counts for this table, carried over from `previous`: a routee keeps its count
-    /// while its reading is the same one, and starts from zero with a new reading (which
-    /// already includes what was sent) or when it is new to the set.
+    /// The estimates for this table, carried over from `previous`: a routee keeps its
+    /// estimate while its reading is the same one, and starts again from a new reading (which
+    /// already counts what was sent) or when it is new to the set.
     #[must_use]
-    pub fn carry_sent(&self, previous: &RoutingTable, sent: &[usize]) -> Vec<usize> {
-        self.nodes
+    pub fn carry_estimates(&self, previous: &RoutingTable, estimates: &Estimates) -> Estimates {
+        let values = self
+            .nodes
             .iter()
             .enumerate()
             .map(|(i, node)| match previous.nodes.binary_search(node) {
@@ -220,11 +262,12 @@ impl RoutingTable {
                     if previous.stamps[j] == self.stamps[i]
                         && previous.depths[j] == self.depths[i] =>
                 {
-                    sent.get(j).copied().unwrap_or(0)
+                    estimates.values.get(j).copied().unwrap_or(self.depths[i])
                 }
-                _ => 0,
+                _ => self.depths[i],
             })
-            .collect()
+            .collect();
+        Estimates { values, floor: 0 }
     }
 }
 
@@ -320,14 +363,14 @@ mod tests {
         let table = RoutingTable::new(vec![address(1), address(2), address(3)], "/user/w")
             .with_readings(&[reading(5), reading(3), reading(0)]);
         let mut logic = RoutingLogic::new(RoutingStrategy::SmallestMailbox, 1);
-        let mut sent = vec![0; 3];
+        let mut estimates = table.estimates();
         let picks: Vec<Selection> = (0..6)
-            .map(|_| table.select_and_count(&mut logic, None, &mut sent))
+            .map(|_| table.select_and_count(&mut logic, None, &mut estimates))
             .collect();
         // Node 3 until it has had three; then the shallower of the rest, taking turns on ties.
         assert_eq!(picks, [2, 2, 2, 1, 2, 1].map(Selection::One).to_vec());
-        assert_eq!(sent, [0, 2, 4]);
-        // A new reading for node 3 replaces its count; the others keep theirs.
+        assert_eq!(estimates.values(), [5, 5, 4]);
+        // A new reading for node 3 replaces its estimate; the others keep theirs.
         let newer = table.with_readings(&[
             reading(5),
             reading(3),
@@ -336,11 +379,22 @@ mod tests {
                 at: t0 + std::time::Duration::from_millis(200),
             }),
         ]);
-        assert_eq!(newer.carry_sent(&table, &sent), [0, 2, 0]);
-        // A rebuild keeps the counts of nodes that stay, by address.
+        assert_eq!(
+            newer.carry_estimates(&table, &estimates).values(),
+            [5, 5, 1]
+        );
+        // A rebuild keeps the estimates of nodes that stay, by address.
         let rebuilt = RoutingTable::new(vec![address(2), address(3)], "/user/w")
             .with_readings(&[reading(3), reading(0)]);
-        assert_eq!(rebuilt.carry_sent(&table, &sent), [2, 4]);
+        assert_eq!(rebuilt.carry_estimates(&table, &estimates).values(), [5, 4]);
+        // No reading, no estimate: a cold routee is chosen in turn but never counted.
+        let cold = RoutingTable::new(vec![address(1)], "/user/w");
+        let mut estimates = cold.estimates();
+        assert_eq!(
+            cold.select_and_count(&mut logic, None, &mut estimates),
+            Selection::One(0)
+        );
+        assert_eq!(estimates.values(), [NO_READING]);
     }
 
     proptest! {

@@ -23,7 +23,7 @@ use super::depth_agent::{ClusterMailboxDepthAgent, DepthReply, ServingDepths};
 use super::depth_replies::{DEPTH_REPLIES_NAME, DepthReplyInbox};
 use super::events::ClusterRouterEvent;
 use super::options::{ClusterRouterError, ClusterRouterOptions, ValidOptions};
-use super::routee_set::resume_cursor;
+use super::routee_set::{Estimates, resume_cursor};
 use crate::actor::{Actor, ActorError};
 use crate::cell::Envelope;
 use crate::context::Context;
@@ -44,8 +44,8 @@ pub struct ClusterRouter<M: RemoteMessage> {
     current: Arc<Snapshot<M>>,
     updates: Option<watch::Receiver<Arc<Snapshot<M>>>>,
     logic: RoutingLogic,
-    /// Messages sent to each routee since its current reading (smallest-mailbox).
-    sent: Vec<usize>,
+    /// Smallest-mailbox: each routee's reading plus what this router sent it since.
+    estimates: Estimates,
     control: Option<tokio::task::AbortHandle>,
     serving: Option<ServingDepths>,
     /// Messages dead-lettered since the routee set was last non-empty.
@@ -81,7 +81,7 @@ impl<M: RemoteMessage> ClusterRouter<M> {
             current,
             updates: None,
             logic,
-            sent: Vec::new(),
+            estimates: Estimates::default(),
             control: None,
             serving: None,
             unroutable: 0,
@@ -107,7 +107,9 @@ impl<M: RemoteMessage> ClusterRouter<M> {
             let cursor = resume_cursor(next.table.nodes(), last);
             self.logic.set_cursor(cursor);
         }
-        self.sent = next.table.carry_sent(&self.current.table, &self.sent);
+        self.estimates = next
+            .table
+            .carry_estimates(&self.current.table, &self.estimates);
         self.current = next;
     }
 
@@ -120,7 +122,7 @@ impl<M: RemoteMessage> ClusterRouter<M> {
         match self.current.table.select_and_count(
             &mut self.logic,
             key.as_deref().map(str::as_bytes),
-            &mut self.sent,
+            &mut self.estimates,
         ) {
             Selection::One(index) => {
                 self.unroutable = 0;
@@ -254,7 +256,7 @@ impl<M: RemoteMessage> Actor for ClusterRouter<M> {
             Control::new(&self.options, ctx.path().clone(), depth_replies);
         control.on_membership();
         self.current = Arc::clone(&updates.borrow_and_update());
-        self.sent = vec![0; self.current.table.len()];
+        self.estimates = self.current.table.estimates();
         self.updates = Some(updates);
         let task = ctx.system().runtime().spawn(control.run(membership));
         self.control = Some(task.abort_handle());

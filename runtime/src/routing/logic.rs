@@ -61,6 +61,9 @@ impl RouteeId for HashedRouteeId {
     }
 }
 
+/// The depth [`RoutingLogic::select_smallest`] reads as "no reading": the routee is skipped.
+pub const NO_READING: usize = usize::MAX;
+
 /// One of the five routing strategies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RoutingStrategy {
@@ -181,30 +184,60 @@ impl RoutingLogic {
                 Selection::One(rendezvous_pick_hashed(key, routees).unwrap_or(0))
             }
             RoutingStrategy::SmallestMailbox => {
-                let start = self.turn(n);
-                // From the cursor to the end, then from the start to the cursor: the order of
-                // `(start + offset) % n` without a division per routee. `usize::MAX` marks "no
-                // reading yet" so the comparison is the whole test.
-                let mut best = (usize::MAX, usize::MAX);
-                let mut consider = |index: usize| {
-                    if let Some(d) = depth(index)
-                        && (d < best.1 || best.0 == usize::MAX)
-                    {
-                        best = (index, d);
-                    }
-                };
-                for index in start..n {
-                    consider(index);
-                }
-                for index in 0..start {
-                    consider(index);
-                }
-                let index = if best.0 == usize::MAX { start } else { best.0 };
-                self.cursor = index + 1;
-                Selection::One(index)
+                self.select_smallest(n, 0, |i| depth(i).unwrap_or(NO_READING))
             }
             RoutingStrategy::Broadcast => Selection::All,
         }
+    }
+
+    /// The smallest-mailbox choice among `n` routees, with `depth(i)` = [`NO_READING`] for a
+    /// routee without a reading: the routee with the smallest depth, ties to the first at or
+    /// after the round-robin cursor; round-robin order when none has a reading. This is the
+    /// scan [`RoutingLogic::select`] runs for smallest-mailbox (with `floor` 0), for callers
+    /// that keep depths as plain numbers.
+    ///
+    /// `floor` is a depth no routee is below (0 always is): the first routee found at it is
+    /// the answer, so a caller that knows a higher floor saves the rest of the scan.
+    #[inline]
+    pub fn select_smallest(
+        &mut self,
+        n: usize,
+        floor: usize,
+        depth: impl Fn(usize) -> usize,
+    ) -> Selection {
+        if n == 0 {
+            return Selection::NoRoutees;
+        }
+        let start = self.turn(n);
+        // From the cursor to the end, then from the start to the cursor (the order of
+        // `(start + offset) % n` without a division per routee); a strictly smaller depth
+        // wins, so ties go to the first routee at or after the cursor — and a routee at the
+        // floor cannot be beaten, so the scan stops there.
+        let (mut best, mut best_depth) = (start, NO_READING);
+        'scan: {
+            for index in start..n {
+                let d = depth(index);
+                if d < best_depth {
+                    best = index;
+                    best_depth = d;
+                    if d <= floor {
+                        break 'scan;
+                    }
+                }
+            }
+            for index in 0..start {
+                let d = depth(index);
+                if d < best_depth {
+                    best = index;
+                    best_depth = d;
+                    if d <= floor {
+                        break 'scan;
+                    }
+                }
+            }
+        }
+        self.cursor = best + 1;
+        Selection::One(best)
     }
 
     /// The round-robin cursor: the index the next turn starts from (taken modulo the routee
@@ -306,6 +339,30 @@ mod tests {
         }
         let err = "fastest".parse::<RoutingStrategy>().unwrap_err();
         assert!(err.to_string().contains("smallest-mailbox"), "{err}");
+    }
+
+    proptest::proptest! {
+        /// A floor at or below the smallest depth only shortens the scan: the choice and the
+        /// cursor after it are those of the full scan.
+        #[test]
+        fn a_floor_below_every_depth_changes_nothing(
+            depths in proptest::collection::vec(proptest::option::of(0usize..8), 1..20),
+            cursor in 0usize..40,
+            below in 0usize..3,
+        ) {
+            let depth = |i: usize| depths[i].unwrap_or(NO_READING);
+            let min = depths.iter().flatten().min().copied().unwrap_or(0);
+            let floor = min.saturating_sub(below);
+            let mut full = RoutingLogic::new(RoutingStrategy::SmallestMailbox, 1);
+            let mut short = full.clone();
+            full.set_cursor(cursor);
+            short.set_cursor(cursor);
+            proptest::prop_assert_eq!(
+                full.select_smallest(depths.len(), 0, depth),
+                short.select_smallest(depths.len(), floor, depth)
+            );
+            proptest::prop_assert_eq!(full.cursor(), short.cursor());
+        }
     }
 
     #[test]
