@@ -43,6 +43,7 @@ impl RemoteMessage for Bench {
 
 /// Every node runs in this process: the workers count into these.
 static PROCESSED: AtomicU64 = AtomicU64::new(0);
+static PER_NODE: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
 static COMPLETIONS: Mutex<Vec<u64>> = Mutex::new(Vec::new());
 static EPOCH: OnceLock<Instant> = OnceLock::new();
 
@@ -50,7 +51,9 @@ fn since_epoch() -> u64 {
     EPOCH.get_or_init(Instant::now).elapsed().as_micros() as u64
 }
 
-struct Worker;
+struct Worker {
+    node: usize,
+}
 
 impl Actor for Worker {
     type Msg = Bench;
@@ -62,6 +65,7 @@ impl Actor for Worker {
             COMPLETIONS.lock().expect("completions").push(took);
         }
         PROCESSED.fetch_add(1, Ordering::Relaxed);
+        PER_NODE[self.node].fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 }
@@ -151,7 +155,7 @@ struct Node {
 async fn three_nodes() -> Vec<Node> {
     let mut nodes = Vec::new();
     let mut seed = None;
-    for _ in 0..3 {
+    for index in 0..3 {
         let system = ActorSystem::new("bench").expect("system");
         let (tx, rx) = mpsc::channel(64 * 1024);
         let config = TcpTransportConfig::new(
@@ -170,7 +174,7 @@ async fn three_nodes() -> Vec<Node> {
         let cluster = Cluster::start(&system, transport, rx, settings, None).expect("cluster");
         cluster.remoting().register::<Bench>();
         system
-            .spawn("worker", Props::new(|| Worker))
+            .spawn("worker", Props::new(move || Worker { node: index }))
             .expect("worker");
         nodes.push(Node { system, cluster });
     }
@@ -349,20 +353,29 @@ fn main() {
 
         println!();
         println!("## Routed throughput, 3 nodes over TCP on 127.0.0.1 (router on node 0; 64-byte payload; ≤ 10,000 in flight; median of 3 × {messages})");
-        println!("| strategy | msgs/s |");
-        println!("|---|---:|");
+        println!("| strategy | msgs/s | share of node 0 (the router's) / 1 / 2 |");
+        println!("|---|---:|---:|");
         for (name, strategy) in [
             ("rr", RoutingStrategy::RoundRobin),
             ("sm", RoutingStrategy::SmallestMailbox),
         ] {
             let router = router(&nodes, name, strategy, Duration::from_millis(200)).await;
             throughput(&router, 10_000, 10_000).await;
+            let before: Vec<u64> = PER_NODE.iter().map(|n| n.load(Ordering::Relaxed)).collect();
             let mut runs = Vec::new();
             for _ in 0..3 {
                 runs.push(throughput(&router, messages, 10_000).await);
             }
             runs.sort_by(f64::total_cmp);
-            println!("| {strategy} | {:.0} |", runs[1]);
+            let shares: Vec<String> = PER_NODE
+                .iter()
+                .zip(&before)
+                .map(|(n, before)| {
+                    let share = (n.load(Ordering::Relaxed) - before) as f64 / (3 * messages) as f64;
+                    format!("{:.0}%", share * 100.0)
+                })
+                .collect();
+            println!("| {strategy} | {:.0} | {} |", runs[1], shares.join(" / "));
             router.stop();
             router.terminated().await;
         }
