@@ -76,16 +76,17 @@ pub use proxy::{DRAIN_TIMEOUT, DrainedMessage, ProxyInternal, ProxyMsg, Singleto
 use crate::actor::{Actor, ActorError};
 use crate::actor_ref::ActorRef;
 use crate::ask::ReplyTo;
-use crate::cell::AnyCell;
+use crate::cell::{ActorId, AnyCell};
 use crate::cluster::Cluster;
 use crate::context::Context;
+use crate::path::ActorPath;
 use crate::path::{InvalidName, validate_name};
 use crate::props::Props;
 use crate::remote::RemoteMessage;
 use crate::supervision::SupervisorStrategy;
 use crate::system::{ActorSystem, SpawnError, spawn_child};
-use manager::{ActiveSpec, InternalMsg, ManagerSlot, SingletonManager};
-use proxy::{ProxyActor, ProxyInternalMsg};
+use manager::{ActiveSpec, DirectSlot, InternalMsg, ManagerSlot, SingletonManager};
+use proxy::{FastPath, ProxyActor, ProxyInternalMsg};
 
 /// The full path of the manager of singleton `type_name` in actor system `system`:
 /// `troupe://<system>/system/cluster/singleton/manager-<typeName>`. Proxies on every node address
@@ -151,7 +152,13 @@ pub(crate) struct Registry {
     /// Bumped whenever which manager is active changes (proxies cache against it).
     generation: AtomicU64,
     remoting_registered: AtomicBool,
+    /// Singleton message types made deliverable to managers.
+    message_types: Mutex<std::collections::HashSet<TypeId>>,
+    /// Each manager's `Arc<DirectSlot<M>>`, by the manager's id (remoting binds to it).
+    direct: Arc<Mutex<DirectSlots>>,
 }
+
+type DirectSlots = HashMap<ActorId, (ActorRef<ManagerMsg>, Arc<dyn Any + Send + Sync>)>;
 
 struct Entry {
     message_type: TypeId,
@@ -160,7 +167,8 @@ struct Entry {
     /// An `Arc<ManagerSlot<M>>`.
     slot: Arc<dyn Any + Send + Sync>,
     active: bool,
-    proxy: Option<ActorRef<ProxyMsg>>,
+    /// The proxy actor and its `Arc<FastPath<M>>`.
+    proxy: Option<(ActorRef<ProxyMsg>, Arc<dyn Any + Send + Sync>)>,
 }
 
 impl fmt::Debug for Registry {
@@ -265,12 +273,32 @@ impl ClusterSingleton {
         self.cluster.singleton_registry()
     }
 
-    fn register_messages(&self) {
+    /// Make the protocol and `M` deliverable from other nodes; `M` reaches the manager, which
+    /// takes `ManagerMsg`, through a conversion.
+    fn register_messages<M: RemoteMessage>(&self) {
         let registry = self.registry();
+        let remoting = self.cluster.remoting();
         if !registry.remoting_registered.swap(true, Ordering::AcqRel) {
-            let remoting = self.cluster.remoting();
             remoting.register::<ManagerMsg>();
             remoting.register::<ProxyMsg>();
+        }
+        if registry.message_types.lock().insert(TypeId::of::<M>()) {
+            let slots = Arc::clone(&registry.direct);
+            remoting.register_into::<M, ManagerMsg, _>(move |manager: ActorRef<ManagerMsg>| {
+                let slot = slots
+                    .lock()
+                    .get(&manager.id())
+                    .map(|(_, slot)| Arc::clone(slot))
+                    .and_then(|slot| slot.downcast::<DirectSlot<M>>().ok());
+                match slot {
+                    Some(slot) => Arc::new(move |message: M, sender: &ActorPath| {
+                        slot.deliver(&manager, message, sender);
+                    }),
+                    None => Arc::new(move |message: M, sender: &ActorPath| {
+                        manager.tell_from(ManagerMsg::from_network(message, false), sender);
+                    }),
+                }
+            });
         }
     }
 
@@ -291,7 +319,7 @@ impl ClusterSingleton {
     {
         options.validate()?;
         check_name(key.type_name())?;
-        self.register_messages();
+        self.register_messages::<A::Msg>();
         let role = options
             .role
             .clone()
@@ -345,9 +373,7 @@ impl ClusterSingleton {
         }
         self.registry().bump();
         let entry = entries.get_mut(&type_name).expect("inserted above");
-        let proxy =
-            self.proxy_for::<A::Msg>(&system, entry, &type_name, role, buffer_size, true)?;
-        Ok(SingletonProxy::new(proxy))
+        Ok(self.proxy_for::<A::Msg>(&system, entry, &type_name, role, buffer_size, true)?)
     }
 
     /// A proxy to the singleton named by `key`, without taking part in hosting (the seed's
@@ -377,7 +403,7 @@ impl ClusterSingleton {
                 allowed: "at most 100000",
             }));
         }
-        self.register_messages();
+        self.register_messages::<M>();
         let type_name = key.shared_name();
         let system = self.cluster.system().clone();
         let mut entries = self.registry().entries.lock();
@@ -409,8 +435,7 @@ impl ClusterSingleton {
         }
         let entry = entries.get_mut(&type_name).expect("present");
         let role = key.role().map(str::to_owned);
-        let proxy = self.proxy_for::<M>(&system, entry, &type_name, role, buffer_size, false)?;
-        Ok(SingletonProxy::new(proxy))
+        Ok(self.proxy_for::<M>(&system, entry, &type_name, role, buffer_size, false)?)
     }
 
     /// Stop this node's manager of the singleton named by `key`: its instance (if it hosts)
@@ -436,7 +461,7 @@ impl ClusterSingleton {
                 .tell(ManagerMsg::internal(InternalMsg::Reconfigure {
                     done: Some(done),
                 }));
-            if let Some(proxy) = &entry.proxy {
+            if let Some((proxy, _)) = &entry.proxy {
                 proxy.tell(ProxyMsg::internal(ProxyInternalMsg::Reconfigure {
                     role: None,
                 }));
@@ -470,20 +495,31 @@ impl ClusterSingleton {
         slot: &Arc<ManagerSlot<M>>,
     ) -> Result<ActorRef<ManagerMsg>, SpawnError> {
         let parent = singleton_container(system)?;
-        let (name, cluster, slot) = (
+        let direct = DirectSlot::<M>::new();
+        let (name, cluster, slot, shared) = (
             Arc::clone(type_name),
             self.cluster.clone(),
             Arc::clone(slot),
+            Arc::clone(&direct),
         );
         let props = Props::new(move || {
-            SingletonManager::<M>::new(Arc::clone(&name), cluster.clone(), Arc::clone(&slot))
+            SingletonManager::<M>::new(
+                Arc::clone(&name),
+                cluster.clone(),
+                Arc::clone(&slot),
+                Arc::clone(&shared),
+            )
         });
-        spawn_child(
+        let manager = spawn_child(
             &parent,
             &system.shared,
             &format!("manager-{type_name}"),
             props,
-        )
+        )?;
+        let mut slots = self.registry().direct.lock();
+        slots.retain(|_, (manager, _)| !manager.is_terminated());
+        slots.insert(manager.id(), (manager.clone(), direct));
+        Ok(manager)
     }
 
     fn proxy_for<M: RemoteMessage>(
@@ -494,22 +530,30 @@ impl ClusterSingleton {
         role: Option<String>,
         buffer_size: usize,
         role_overrides: bool,
-    ) -> Result<ActorRef<ProxyMsg>, SpawnError> {
-        if let Some(proxy) = entry.proxy.as_ref().filter(|p| !p.is_terminated()) {
+    ) -> Result<SingletonProxy<M>, SpawnError> {
+        if let Some((proxy, fast)) = entry.proxy.as_ref().filter(|(p, _)| !p.is_terminated())
+            && let Ok(fast) = Arc::clone(fast).downcast::<FastPath<M>>()
+        {
             // The local manager (or the role) may have changed: let it re-resolve.
             proxy.tell(ProxyMsg::internal(ProxyInternalMsg::Reconfigure {
                 role: role_overrides.then_some(role),
             }));
-            return Ok(proxy.clone());
+            return Ok(SingletonProxy::new(proxy.clone(), fast));
         }
         let parent = singleton_container(system)?;
-        let (name, cluster) = (Arc::clone(type_name), self.cluster.clone());
+        let fast = FastPath::<M>::new();
+        let (name, cluster, shared) = (
+            Arc::clone(type_name),
+            self.cluster.clone(),
+            Arc::clone(&fast),
+        );
         let props = Props::new(move || {
             ProxyActor::<M>::new(
                 Arc::clone(&name),
                 role.clone(),
                 cluster.clone(),
                 buffer_size,
+                Arc::clone(&shared),
             )
         });
         let proxy = spawn_child(
@@ -518,8 +562,11 @@ impl ClusterSingleton {
             &format!("proxy-{type_name}"),
             props,
         )?;
-        entry.proxy = Some(proxy.clone());
-        Ok(proxy)
+        entry.proxy = Some((
+            proxy.clone(),
+            Arc::clone(&fast) as Arc<dyn Any + Send + Sync>,
+        ));
+        Ok(SingletonProxy::new(proxy, fast))
     }
 }
 

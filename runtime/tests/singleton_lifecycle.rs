@@ -18,8 +18,7 @@ mod singleton {
     use tokio::time::Instant;
     use troupe::cluster::MembershipSettings;
     use troupe::singleton::{
-        InMemoryLeaseArbiter, LeaseOp, ManagerMsg, SingletonEvent, StartSingletonOptions,
-        StopReason,
+        InMemoryLeaseArbiter, LeaseOp, SingletonEvent, StartSingletonOptions, StopReason,
     };
     use troupe::testkit::sim_address;
     use troupe::{DeadLetter, SupervisorStrategy};
@@ -234,20 +233,17 @@ mod singleton {
             start(&sim, i, &oracle, None, |o| o);
         }
         hosted_on(&sim, &oracle, 0).await;
-        let body = postcard::to_allocvec(&Cmd::Job(42)).unwrap();
+        // Node 2 routes a message to node 1's manager as if node 1 were the host.
         let manager_on_1 = sim
             .node(2)
             .cluster
             .remoting()
-            .actor_ref::<ManagerMsg>(&format!(
+            .actor_ref::<Cmd>(&format!(
                 "{}/system/cluster/singleton/manager-scheduler",
                 sim_address(1)
             ))
             .unwrap();
-        manager_on_1.tell(ManagerMsg::Deliver {
-            body: body.into(),
-            sender: None,
-        });
+        manager_on_1.tell(Cmd::Job(42));
         sim.run_for(Duration::from_millis(50)).await;
         let status = sim
             .node(1)

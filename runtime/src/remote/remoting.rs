@@ -37,7 +37,7 @@ use tokio::sync::mpsc;
 use super::address::{Address, UniqueAddress};
 use super::envelope::{RawBytes, WireEnvelope, WireEnvelopeRef};
 use super::transport::{InboundFrame, Transport};
-use crate::actor_ref::ActorRef;
+use crate::actor_ref::{ActorRef, AnyActorRef};
 use crate::cell::{ActorId, AnyCell, Cell, Children, SystemMsg, Termination};
 use crate::dead_letter::{DeadLetter, DeadLetterReason};
 use crate::death_watch::Terminated;
@@ -91,6 +91,51 @@ type CompleteAsk = Box<dyn PendingReply>;
 type WatchingCells = Vec<Weak<dyn AnyCell>>;
 type SendRemote<M> = fn(&Remoting, &Address, &ActorPath, M, Option<&ActorPath>) -> Result<(), M>;
 
+/// A local recipient of remote `M`s: an actor taking `M`, or one taking another type that `M`
+/// converts into (see [`Remoting::register_into`]).
+enum Target<M> {
+    Direct(ActorRef<M>),
+    Converted {
+        target: AnyActorRef,
+        deliver: ConvertAndTell<M>,
+    },
+}
+
+/// Delivers a remote `M`, with its sender, to the actor it was resolved for (see
+/// [`Remoting::register_into`]).
+pub(crate) type ConvertAndTell<M> = Arc<dyn Fn(M, &ActorPath) + Send + Sync>;
+
+impl<M> Clone for Target<M> {
+    fn clone(&self) -> Self {
+        match self {
+            Self::Direct(target) => Self::Direct(target.clone()),
+            Self::Converted { target, deliver } => Self::Converted {
+                target: target.clone(),
+                deliver: Arc::clone(deliver),
+            },
+        }
+    }
+}
+
+impl<M: Send + 'static> Target<M> {
+    fn is_terminated(&self) -> bool {
+        match self {
+            Self::Direct(target) => target.is_terminated(),
+            Self::Converted { target, .. } => target.is_terminated(),
+        }
+    }
+
+    fn tell_from(&self, message: M, sender: &ActorPath) {
+        match self {
+            Self::Direct(target) => target.tell_from(message, sender),
+            Self::Converted { deliver, .. } => deliver(message, sender),
+        }
+    }
+}
+
+/// Finds the conversion of `M` for an actor of some other message type.
+type Convert<M> = Arc<dyn Fn(&AnyActorRef) -> Option<Target<M>> + Send + Sync>;
+
 /// Sweep abandoned asks once this many are pending.
 const PENDING_ASK_SWEEP: usize = 1_024;
 
@@ -140,6 +185,9 @@ pub struct Remoting {
     /// Local recipients already resolved, by message type and path (an entry whose actor has
     /// terminated is resolved again).
     resolved: RwLock<HashMap<(TypeId, String), Arc<dyn std::any::Any + Send + Sync>>>,
+    /// Per remote message type `M`, the conversions into message types of local actors that do
+    /// not take `M` itself: a `Vec<Convert<M>>` (see [`Remoting::register_into`]).
+    conversions: RwLock<HashMap<TypeId, Arc<dyn std::any::Any + Send + Sync>>>,
     /// The root path of each peer, the origin of its messages that name no sender.
     origins: RwLock<HashMap<Address, ActorPath>>,
     /// One proxy per watching node, registered as the watcher of local actors.
@@ -175,6 +223,7 @@ impl Remoting {
             pending_asks: Mutex::new(HashMap::new()),
             watched: Mutex::new(HashMap::new()),
             resolved: RwLock::new(HashMap::new()),
+            conversions: RwLock::new(HashMap::new()),
             origins: RwLock::new(HashMap::new()),
             watcher_proxies: Mutex::new(HashMap::new()),
             stats: RemotingStats::default(),
@@ -236,6 +285,35 @@ impl Remoting {
         self.registered_types
             .write()
             .insert(TypeId::of::<M>(), M::MANIFEST);
+    }
+
+    /// Like [`Remoting::register`], and also deliver `M` to local actors that take `N`: when a
+    /// recipient path resolves to such an actor, `bind` is called once with it and returns how
+    /// to deliver each `M` (with its sender, so `ctx.origin()` is kept) — typically converted
+    /// into an `N`. For an actor that receives several message types from other nodes (the
+    /// singleton manager).
+    pub fn register_into<M, N, B>(&self, bind: B)
+    where
+        M: RemoteMessage,
+        N: Send + 'static,
+        B: Fn(ActorRef<N>) -> ConvertAndTell<M> + Send + Sync + 'static,
+    {
+        self.register::<M>();
+        let into: Convert<M> = Arc::new(move |target: &AnyActorRef| {
+            let typed = target.downcast::<N>()?;
+            Some(Target::Converted {
+                target: target.clone(),
+                deliver: bind(typed),
+            })
+        });
+        let mut conversions = self.conversions.write();
+        let mut all: Vec<Convert<M>> = conversions
+            .get(&TypeId::of::<M>())
+            .and_then(|existing| existing.downcast_ref::<Vec<Convert<M>>>())
+            .cloned()
+            .unwrap_or_default();
+        all.push(into);
+        conversions.insert(TypeId::of::<M>(), Arc::new(all));
     }
 
     /// Whether `M` has been registered.
@@ -440,23 +518,37 @@ impl Remoting {
         &self,
         system: &ActorSystem,
         path: &str,
-    ) -> Result<ActorRef<M>, crate::system::ResolveError> {
+    ) -> Result<Target<M>, crate::system::ResolveError> {
         let key = (TypeId::of::<M>(), path.to_owned());
         if let Some(cached) = self.resolved.read().get(&key)
-            && let Some(target) = cached.downcast_ref::<ActorRef<M>>()
+            && let Some(target) = cached.downcast_ref::<Target<M>>()
             && !target.is_terminated()
         {
             return Ok(target.clone());
         }
-        let target = system.resolve::<M>(path)?;
+        let target = match system.resolve::<M>(path) {
+            Ok(target) => Target::Direct(target),
+            Err(error @ crate::system::ResolveError::WrongMessageType { .. }) => {
+                self.converted::<M>(system, path).ok_or(error)?
+            }
+            Err(error) => return Err(error),
+        };
         let mut resolved = self.resolved.write();
         resolved.retain(|_, cached| {
             cached
-                .downcast_ref::<ActorRef<M>>()
+                .downcast_ref::<Target<M>>()
                 .is_none_or(|r| !r.is_terminated())
         });
         resolved.insert(key, Arc::new(target.clone()));
         Ok(target)
+    }
+
+    /// The actor at `path` through a conversion registered for `M`, if one fits its type.
+    fn converted<M: RemoteMessage>(&self, system: &ActorSystem, path: &str) -> Option<Target<M>> {
+        let conversions = self.conversions.read().get(&TypeId::of::<M>())?.clone();
+        let conversions = conversions.downcast_ref::<Vec<Convert<M>>>()?;
+        let target = system.resolve_any(path).ok()?;
+        conversions.iter().find_map(|convert| convert(&target))
     }
 
     fn origin_root(&self, address: &Address) -> ActorPath {

@@ -24,7 +24,6 @@ use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
@@ -34,7 +33,7 @@ use super::event::{DeadLetterCause, SingletonEvent};
 use super::hold::HoldBuffer;
 use super::lease::{FencingToken, Lease, LeaseError, LeaseLost, LeaseLostCallback};
 use super::manager_state::{Action, Event, ManagerConfig, ManagerState, Routing};
-use super::payload::{Payload, sender_path};
+use super::payload::Payload;
 use super::proxy::{DrainedMessage, ProxyInternalMsg, ProxyMsg};
 use crate::actor::{Actor, ActorError};
 use crate::actor_ref::ActorRef;
@@ -49,16 +48,13 @@ use crate::system::SpawnError;
 
 /// The manager's protocol. Every variant except the internal one crosses the network; who sent
 /// it is the transport-verified `ctx.origin()`, which is why no variant names its sender.
+///
+/// Messages *for the singleton* are not wrapped in this type: a proxy sends them as they are to
+/// the manager's path, and remoting hands them to the manager converted (see
+/// [`crate::remote::Remoting::register_as`]), so they cost one serialization, like any remote
+/// tell, and arrive in the same ordered stream as the protocol messages.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum ManagerMsg {
-    /// A message for the singleton, serialized by the proxy of the sending node. `sender` is the
-    /// original sender's path on that node, if it named one.
-    Deliver {
-        /// The serialized message.
-        body: Bytes,
-        /// The original sender's path elements on the sending node.
-        sender: Option<String>,
-    },
     /// The sending node is about to host: stop any instance here, then acknowledge.
     HandOverRequest {
         /// The round, echoed in the acknowledgment.
@@ -74,7 +70,7 @@ pub enum ManagerMsg {
         /// Echoed in the reply.
         nonce: u64,
     },
-    /// Messages only this node's runtime sends.
+    /// Messages only this node's runtime sends (and messages for the singleton, converted).
     #[serde(skip)]
     #[doc(hidden)]
     Internal(ManagerInternal),
@@ -99,6 +95,12 @@ pub(crate) enum InternalMsg {
         message: Box<dyn Any + Send>,
         sender: Option<ActorPath>,
     },
+    /// A message for the singleton from another node's proxy (its sender and origin are the
+    /// envelope's, set by remoting); `counted` when the direct slot counted it as pending.
+    FromNetwork {
+        message: Box<dyn Any + Send>,
+        counted: bool,
+    },
     /// A notification of this node's cluster subscription.
     Cluster(ClusterNotification),
     /// A timer fired.
@@ -122,6 +124,72 @@ pub(crate) enum LeaseResult {
 impl ManagerMsg {
     pub(crate) fn internal(message: InternalMsg) -> Self {
         Self::Internal(ManagerInternal(message))
+    }
+
+    /// How remoting hands a message for the singleton to the manager.
+    pub(crate) fn from_network<M: Send + 'static>(message: M, counted: bool) -> Self {
+        Self::internal(InternalMsg::FromNetwork {
+            message: Box::new(message),
+            counted,
+        })
+    }
+}
+
+/// Where remoting delivers the singleton's messages from other nodes: straight into the
+/// instance while it runs and no such message waits in the manager, otherwise to the manager
+/// (which holds, delivers or dead-letters them in arrival order).
+///
+/// # Ordering
+/// A message goes direct only when `pending` — messages handed to the manager and not yet
+/// handled there — is zero, so it cannot overtake one of those. The manager publishes the
+/// instance only after flushing what it held into it, and withdraws it under the same lock
+/// before it sends the poison pill, so nothing sent direct lands behind the pill.
+pub(crate) struct DirectSlot<M> {
+    state: Mutex<DirectState<M>>,
+}
+
+struct DirectState<M> {
+    instance: Option<ActorRef<M>>,
+    pending: u64,
+}
+
+impl<M: Send + 'static> DirectSlot<M> {
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(Self {
+            state: Mutex::new(DirectState {
+                instance: None,
+                pending: 0,
+            }),
+        })
+    }
+
+    /// Deliver one message from another node.
+    pub(crate) fn deliver(&self, manager: &ActorRef<ManagerMsg>, message: M, sender: &ActorPath) {
+        let mut state = self.state.lock();
+        if state.pending == 0
+            && let Some(instance) = &state.instance
+        {
+            instance.tell_from(message, sender);
+            return;
+        }
+        state.pending += 1;
+        manager.tell_from(ManagerMsg::from_network(message, true), sender);
+    }
+
+    fn handled(&self) {
+        let mut state = self.state.lock();
+        state.pending = state.pending.saturating_sub(1);
+    }
+
+    fn publish(&self, instance: Option<ActorRef<M>>) {
+        self.state.lock().instance = instance;
+    }
+
+    /// Withdraw the instance, then (still under the lock) run `stop`.
+    fn withdraw_then(&self, stop: impl FnOnce()) {
+        let mut state = self.state.lock();
+        state.instance = None;
+        stop();
     }
 }
 
@@ -185,6 +253,7 @@ struct Common {
 pub(crate) struct SingletonManager<M: RemoteMessage> {
     common: Common,
     slot: Arc<ManagerSlot<M>>,
+    direct: Arc<DirectSlot<M>>,
     mode: Mode<M>,
     subscription: Option<tokio::task::JoinHandle<()>>,
     timer: Option<(Instant, TimerHandle)>,
@@ -199,6 +268,7 @@ enum Mode<M: RemoteMessage> {
 
 struct Active<M: RemoteMessage> {
     spec: Arc<ActiveSpec<M>>,
+    direct: Arc<DirectSlot<M>>,
     state: Option<ManagerState>,
     instance: Option<ActorRef<M>>,
     hold: HoldBuffer<Payload<M>>,
@@ -210,7 +280,12 @@ struct Active<M: RemoteMessage> {
 }
 
 impl<M: RemoteMessage> SingletonManager<M> {
-    pub(crate) fn new(type_name: Arc<str>, cluster: Cluster, slot: Arc<ManagerSlot<M>>) -> Self {
+    pub(crate) fn new(
+        type_name: Arc<str>,
+        cluster: Cluster,
+        slot: Arc<ManagerSlot<M>>,
+        direct: Arc<DirectSlot<M>>,
+    ) -> Self {
         let me = cluster.self_address().clone();
         Self {
             common: Common {
@@ -221,6 +296,7 @@ impl<M: RemoteMessage> SingletonManager<M> {
                 me,
             },
             slot,
+            direct,
             mode: Mode::Passive,
             subscription: None,
             timer: None,
@@ -267,6 +343,7 @@ impl<M: RemoteMessage> SingletonManager<M> {
         tracing::debug!(singleton = %self.common.type_name, role = ?config.role, lease = config.uses_lease, "singleton manager active");
         self.mode = Mode::Active(Box::new(Active {
             spec,
+            direct: Arc::clone(&self.direct),
             state: Some(ManagerState::new(config, rand::random())),
             instance: None,
             hold: HoldBuffer::default(),
@@ -310,12 +387,27 @@ impl<M: RemoteMessage> SingletonManager<M> {
             if deactivated {
                 tracing::debug!(singleton = %self.common.type_name, "singleton manager stopped; passive");
                 self.mode = Mode::Passive;
+                self.direct.publish(None);
                 self.cancel_timer();
                 self.reconfigure(ctx);
                 return;
             }
         }
+        self.sync_direct();
         self.reschedule(ctx);
+    }
+
+    /// Offer the instance for direct delivery exactly while messages are delivered to it.
+    fn sync_direct(&self) {
+        let instance = match &self.mode {
+            Mode::Active(active)
+                if active.state.as_ref().map(ManagerState::routing) == Some(Routing::Deliver) =>
+            {
+                active.instance.clone()
+            }
+            _ => None,
+        };
+        self.direct.publish(instance);
     }
 
     fn cancel_timer(&mut self) {
@@ -365,7 +457,7 @@ impl<M: RemoteMessage> SingletonManager<M> {
                     "this node was routed a message as the singleton's host, but it never called start(..) (or stopped its manager): dead-lettering (warned once)"
                 );
             }
-            let sender = payload.sender().cloned();
+            let sender = payload.sender.clone();
             dead_letter(
                 &self.common,
                 sender,
@@ -445,7 +537,7 @@ impl<M: RemoteMessage> SingletonManager<M> {
                         for payload in taken {
                             dead_letter(
                                 &self.common,
-                                payload.sender().cloned(),
+                                payload.sender.clone(),
                                 DeadLetterCause::NotHosting,
                                 std::any::type_name::<M>(),
                             );
@@ -545,7 +637,7 @@ fn perform<M: RemoteMessage>(
         },
         Action::StopInstance => {
             if let Some(instance) = &active.instance {
-                instance.poison_pill();
+                active.direct.withdraw_then(|| instance.poison_pill());
             }
         }
         Action::AcquireLease => {
@@ -628,27 +720,16 @@ fn deliver_to_instance<M: RemoteMessage>(
     active: &mut Active<M>,
     payload: Payload<M>,
 ) {
-    let Some(instance) = &active.instance else {
-        dead_letter(
+    let Payload { message, sender } = payload;
+    match (&active.instance, sender) {
+        (Some(instance), Some(sender)) => instance.tell_from(message, &sender),
+        (Some(instance), None) => instance.tell(message),
+        (None, sender) => dead_letter(
             common,
-            payload.sender().cloned(),
+            sender,
             DeadLetterCause::NotHosting,
             std::any::type_name::<M>(),
-        );
-        return;
-    };
-    match payload.decode(common.cluster.remoting()) {
-        Ok((message, Some(sender))) => instance.tell_from(message, &sender),
-        Ok((message, None)) => instance.tell(message),
-        Err((sender, error)) => {
-            tracing::warn!(singleton = %common.type_name, %error, "message for the singleton does not decode");
-            dead_letter(
-                common,
-                sender,
-                DeadLetterCause::Undecodable,
-                std::any::type_name::<M>(),
-            );
-        }
+        ),
     }
 }
 
@@ -674,7 +755,7 @@ fn dead_letter_batch<M: RemoteMessage>(
     for payload in payloads {
         dead_letter(
             common,
-            payload.sender().cloned(),
+            payload.sender.clone(),
             cause,
             std::any::type_name::<M>(),
         );
@@ -732,10 +813,6 @@ impl<M: RemoteMessage> Actor for SingletonManager<M> {
     async fn handle(&mut self, msg: ManagerMsg, ctx: &mut Context<Self>) -> Result<(), ActorError> {
         let origin = ctx.origin().cloned();
         match msg {
-            ManagerMsg::Deliver { body, sender } => {
-                let sender = sender_path(origin.as_ref(), &self.common.me, sender);
-                self.deliver(Payload::Encoded { body, sender }, origin, ctx);
-            }
             ManagerMsg::HandOverRequest { nonce } => match &self.mode {
                 Mode::Passive => {
                     // A node that runs no manager for this singleton surely does not host it.
@@ -763,9 +840,31 @@ impl<M: RemoteMessage> Actor for SingletonManager<M> {
             }
             ManagerMsg::DrainRequest { nonce } => self.on_drain_request(nonce, origin, ctx),
             ManagerMsg::Internal(ManagerInternal(internal)) => match internal {
+                InternalMsg::FromNetwork { message, counted } => {
+                    match message.downcast::<M>() {
+                        Ok(message) => {
+                            let sender = ctx.sender().cloned();
+                            self.deliver(
+                                Payload {
+                                    message: *message,
+                                    sender,
+                                },
+                                origin,
+                                ctx,
+                            );
+                        }
+                        Err(_) => {
+                            tracing::error!(singleton = %self.common.type_name, "network delivery of the wrong message type");
+                        }
+                    }
+                    if counted {
+                        self.direct.handled();
+                        self.sync_direct();
+                    }
+                }
                 InternalMsg::DeliverLocal { message, sender } => match message.downcast::<M>() {
                     Ok(message) => self.deliver(
-                        Payload::Value {
+                        Payload {
                             message: *message,
                             sender,
                         },
@@ -847,6 +946,7 @@ impl<M: RemoteMessage> Actor for SingletonManager<M> {
     }
 
     async fn post_stop(&mut self, _ctx: &mut Context<Self>) {
+        self.direct.publish(None);
         if let Some(task) = self.subscription.take() {
             task.abort();
         }

@@ -1,5 +1,5 @@
-//! A message on its way to a singleton instance: still a value (it never left this node) or
-//! serialized by a proxy for a manager on another node.
+//! A message on its way to a singleton instance, with its original sender; and how held
+//! messages travel back to the proxy that sent them.
 
 use std::sync::Arc;
 
@@ -9,73 +9,46 @@ use crate::path::ActorPath;
 use crate::remote::remoting::with_context;
 use crate::remote::{Address, RemoteMessage, Remoting};
 
+/// Room reserved for a serialized message: small messages then never regrow the buffer.
+const ENCODE_CAPACITY: usize = 256;
+
 /// One message for the singleton.
-pub(crate) enum Payload<M> {
-    /// Sent on this node; not serialized.
-    Value {
-        message: M,
-        sender: Option<ActorPath>,
-    },
-    /// Serialized by a proxy (refs and reply channels inside are already registered with
-    /// remoting, so the bytes can travel on as they are).
-    Encoded {
-        body: Bytes,
-        sender: Option<ActorPath>,
-    },
+pub(crate) struct Payload<M> {
+    pub(crate) message: M,
+    pub(crate) sender: Option<ActorPath>,
 }
 
 impl<M: RemoteMessage> Payload<M> {
-    pub(crate) fn sender(&self) -> Option<&ActorPath> {
-        match self {
-            Self::Value { sender, .. } | Self::Encoded { sender, .. } => sender.as_ref(),
-        }
-    }
-
-    /// The bytes and sender elements for a `Deliver` to another node.
+    /// The bytes and sender elements, to give a held message back to a proxy on another node.
     pub(crate) fn encode(
         self,
         remoting: &Arc<Remoting>,
     ) -> Result<(Bytes, Option<String>), (Option<ActorPath>, String)> {
-        match self {
-            Self::Encoded { body, sender } => {
-                let elements = sender.as_ref().map(|s| s.elements().to_owned());
-                Ok((body, elements))
-            }
-            Self::Value { message, sender } => {
-                match with_context(remoting, || postcard::to_allocvec(&message)) {
-                    Ok(body) => Ok((
-                        Bytes::from(body),
-                        sender.as_ref().map(|s| s.elements().to_owned()),
-                    )),
-                    Err(error) => Err((sender, error.to_string())),
-                }
-            }
+        let Self { message, sender } = self;
+        match with_context(remoting, || {
+            postcard::to_extend(&message, Vec::with_capacity(ENCODE_CAPACITY))
+        }) {
+            Ok(body) => Ok((
+                Bytes::from(body),
+                sender.as_ref().map(|s| s.elements().to_owned()),
+            )),
+            Err(error) => Err((sender, error.to_string())),
         }
     }
 
-    /// The message itself, for the instance.
+    /// A message given back by a manager, for the proxy on `me` that sent it.
     pub(crate) fn decode(
-        self,
         remoting: &Arc<Remoting>,
-    ) -> Result<(M, Option<ActorPath>), (Option<ActorPath>, String)> {
-        match self {
-            Self::Value { message, sender } => Ok((message, sender)),
-            Self::Encoded { body, sender } => {
-                match with_context(remoting, || postcard::from_bytes::<M>(&body)) {
-                    Ok(message) => Ok((message, sender)),
-                    Err(error) => Err((sender, error.to_string())),
-                }
-            }
-        }
+        me: &Address,
+        body: &[u8],
+        sender: Option<String>,
+    ) -> Result<Self, String> {
+        let message = with_context(remoting, || postcard::from_bytes::<M>(body))
+            .map_err(|error| error.to_string())?;
+        Ok(Self {
+            message,
+            // The original senders were on this node: the proxy's own.
+            sender: sender.map(|elements| ActorPath::remote(me, &elements)),
+        })
     }
-}
-
-/// The sender of a message that arrived from `origin` (the transport-verified node) naming
-/// `elements` as its path there. `None` origin: this node.
-pub(crate) fn sender_path(
-    origin: Option<&Address>,
-    me: &Address,
-    elements: Option<String>,
-) -> Option<ActorPath> {
-    elements.map(|elements| ActorPath::remote(origin.unwrap_or(me), &elements))
 }

@@ -18,6 +18,14 @@
 //! spawns only after the old instance finished `post_stop`. A drain that gets no answer within
 //! [`DRAIN_TIMEOUT`] (the old manager's node died) is given up; what it held expires there into
 //! dead letters.
+//!
+//! # The fast path
+//! While the proxy actor has nothing queued, buffered or draining, the [`SingletonProxy`] handle
+//! sends straight to the host's manager from the caller's task, saving the actor hop. One lock
+//! orders the two paths: a caller takes the fast path only when no message of the proxy is
+//! waiting in the actor (`pending == 0`), and the actor withdraws the fast target under that
+//! lock before it re-routes, so everything sent fast is on the link to the old manager before
+//! the actor's `DrainRequest`.
 
 use std::any::Any;
 use std::collections::VecDeque;
@@ -27,12 +35,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use super::election::elect_host;
 use super::event::{DeadLetterCause, SingletonEvent};
 use super::manager::{InternalMsg, ManagerMsg};
-use super::payload::{Payload, sender_path};
+use super::payload::Payload;
 use crate::actor::{Actor, ActorError};
 use crate::actor_ref::ActorRef;
 use crate::ask::{AskRequest, ReplyTo};
@@ -109,10 +118,51 @@ impl ProxyMsg {
     }
 }
 
+/// Shared by a proxy actor and its handles: where callers may send directly.
+pub(crate) struct FastPath<M> {
+    state: Mutex<FastState<M>>,
+}
+
+struct FastState<M> {
+    /// The host's manager, while the actor has nothing buffered or draining.
+    target: Option<FastTarget<M>>,
+    /// Messages handed to the actor that it has not sent on (or buffered) yet.
+    pending: u64,
+}
+
+enum FastTarget<M> {
+    /// This node's manager.
+    Local(ActorRef<ManagerMsg>),
+    /// The manager's path on another node, addressed with the singleton's own message type.
+    Remote(ActorRef<M>),
+}
+
+impl<M> FastPath<M> {
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(Self {
+            state: Mutex::new(FastState {
+                target: None,
+                pending: 0,
+            }),
+        })
+    }
+}
+
+impl<M> fmt::Debug for FastPath<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.state.lock();
+        f.debug_struct("FastPath")
+            .field("direct", &state.target.is_some())
+            .field("pending", &state.pending)
+            .finish()
+    }
+}
+
 /// The handle to a singleton: send it messages of type `M` and they reach the one instance in
 /// the cluster, wherever it runs. Cheap to clone.
 pub struct SingletonProxy<M> {
     actor: ActorRef<ProxyMsg>,
+    fast: Arc<FastPath<M>>,
     _message: PhantomData<fn(M)>,
 }
 
@@ -120,6 +170,7 @@ impl<M> Clone for SingletonProxy<M> {
     fn clone(&self) -> Self {
         Self {
             actor: self.actor.clone(),
+            fast: Arc::clone(&self.fast),
             _message: PhantomData,
         }
     }
@@ -132,21 +183,47 @@ impl<M> fmt::Debug for SingletonProxy<M> {
 }
 
 impl<M: RemoteMessage> SingletonProxy<M> {
-    pub(crate) fn new(actor: ActorRef<ProxyMsg>) -> Self {
+    pub(crate) fn new(actor: ActorRef<ProxyMsg>, fast: Arc<FastPath<M>>) -> Self {
         Self {
             actor,
+            fast,
             _message: PhantomData,
         }
     }
 
     /// Send `message` to the singleton.
     pub fn tell(&self, message: M) {
-        self.actor.tell(send(message, None));
+        self.send(message, None);
     }
 
     /// Send `message` naming its sender (shown in dead letters, `ctx.sender()` of the instance).
     pub fn tell_from(&self, message: M, sender: &ActorPath) {
-        self.actor.tell(send(message, Some(sender.clone())));
+        self.send(message, Some(sender.clone()));
+    }
+
+    fn send(&self, message: M, sender: Option<ActorPath>) {
+        let mut state = self.fast.state.lock();
+        if state.pending == 0 {
+            match &state.target {
+                Some(FastTarget::Local(manager)) => {
+                    manager.tell(ManagerMsg::internal(InternalMsg::DeliverLocal {
+                        message: Box::new(message),
+                        sender,
+                    }));
+                    return;
+                }
+                Some(FastTarget::Remote(manager)) => {
+                    match sender {
+                        Some(sender) => manager.tell_from(message, &sender),
+                        None => manager.tell(message),
+                    }
+                    return;
+                }
+                None => {}
+            }
+        }
+        state.pending += 1;
+        self.actor.tell(send(message, sender));
     }
 
     /// Ask the singleton: build the message around a fresh [`ReplyTo`] and await the reply.
@@ -158,7 +235,12 @@ impl<M: RemoteMessage> SingletonProxy<M> {
         R: Send + 'static,
         F: FnOnce(ReplyTo<R>) -> M,
     {
-        self.actor.ask(move |reply| send(make(reply), None))
+        let fast = Arc::clone(&self.fast);
+        self.actor.ask(move |reply| {
+            // Counted before it is queued, so later fast tells cannot overtake it.
+            fast.state.lock().pending += 1;
+            send(make(reply), None)
+        })
     }
 
     /// The proxy actor's path (`/system/cluster/singleton/proxy-<typeName>`).
@@ -199,11 +281,12 @@ pub(crate) struct ProxyActor<M: RemoteMessage> {
     drain: Option<(u64, Address)>,
     next_nonce: u64,
     buffer: VecDeque<Payload<M>>,
-    remote_manager: Option<(Address, ActorRef<ManagerMsg>)>,
+    remote_manager: Option<(Address, ActorRef<M>)>,
     local_manager: Option<(u64, Option<ActorRef<ManagerMsg>>)>,
     warned_no_manager: bool,
     warned_overflow: bool,
     subscription: Option<tokio::task::JoinHandle<()>>,
+    fast: Arc<FastPath<M>>,
 }
 
 impl<M: RemoteMessage> ProxyActor<M> {
@@ -212,8 +295,10 @@ impl<M: RemoteMessage> ProxyActor<M> {
         role: Option<String>,
         cluster: Cluster,
         buffer_size: usize,
+        fast: Arc<FastPath<M>>,
     ) -> Self {
         Self {
+            fast,
             manager_elements: super::manager_elements(&type_name),
             me: cluster.self_address().clone(),
             type_name,
@@ -231,6 +316,53 @@ impl<M: RemoteMessage> ProxyActor<M> {
             warned_overflow: false,
             subscription: None,
         }
+    }
+
+    /// The node of the manager the current route leads to.
+    fn route_node(&self) -> Option<Address> {
+        match &self.route {
+            Route::Nobody => None,
+            Route::Local => Some(self.me.clone()),
+            Route::Remote(node) => Some(node.clone()),
+        }
+    }
+
+    /// Re-route: withdraw the fast path first, drain the previous manager, send what waits.
+    fn set_route(&mut self, route: Route, ctx: &mut Context<Self>) {
+        self.fast.state.lock().target = None;
+        if route != self.route {
+            tracing::debug!(singleton = %self.type_name, ?route, "singleton proxy re-routes");
+        }
+        self.route = route;
+        if let (Some(previous), Some(target)) = (self.last_sent.clone(), self.route_node())
+            && previous != target
+            && self.drain.is_none()
+        {
+            if self.may_hold_messages(&previous) {
+                self.start_drain(previous, ctx);
+            } else {
+                self.last_sent = None;
+            }
+        }
+        self.flush(ctx);
+    }
+
+    /// Offer the fast path to callers exactly when the actor has nothing waiting.
+    fn sync_fast_path(&mut self) {
+        let node = self.route_node();
+        let clear = self.drain.is_none()
+            && self.buffer.is_empty()
+            && (self.last_sent.is_none() || self.last_sent == node);
+        let target = match (&self.route, node) {
+            (_, None) => None,
+            (_, Some(_)) if !clear => None,
+            (Route::Local, Some(_)) => self.local_manager().map(FastTarget::Local),
+            (_, Some(node)) => Some(FastTarget::Remote(self.remote_manager(&node))),
+        };
+        if target.is_some() {
+            self.last_sent = self.route_node();
+        }
+        self.fast.state.lock().target = target;
     }
 
     fn resolve_route(&self) -> Route {
@@ -257,14 +389,15 @@ impl<M: RemoteMessage> ProxyActor<M> {
         }
     }
 
-    fn remote_manager(&mut self, node: &Address) -> ActorRef<ManagerMsg> {
+    /// The manager's path on `node`, for messages to the singleton.
+    fn remote_manager(&mut self, node: &Address) -> ActorRef<M> {
         match &self.remote_manager {
             Some((cached, manager)) if cached == node => manager.clone(),
             _ => {
                 let manager = self
                     .cluster
                     .remoting()
-                    .remote_ref::<ManagerMsg>(node, &self.manager_elements);
+                    .remote_ref::<M>(node, &self.manager_elements);
                 self.remote_manager = Some((node.clone(), manager.clone()));
                 manager
             }
@@ -297,35 +430,21 @@ impl<M: RemoteMessage> ProxyActor<M> {
             }
             self.last_sent = None;
         }
+        let Payload { message, sender } = payload;
         if target == self.me {
             let Some(manager) = self.local_manager() else {
-                self.dead_letter_no_manager(payload);
+                self.dead_letter_no_manager(sender);
                 return Ok(());
             };
-            manager.tell(match payload {
-                Payload::Value { message, sender } => {
-                    ManagerMsg::internal(InternalMsg::DeliverLocal {
-                        message: Box::new(message),
-                        sender,
-                    })
-                }
-                Payload::Encoded { body, sender } => ManagerMsg::Deliver {
-                    body,
-                    sender: sender.map(|s| s.elements().to_owned()),
-                },
-            });
+            manager.tell(ManagerMsg::internal(InternalMsg::DeliverLocal {
+                message: Box::new(message),
+                sender,
+            }));
         } else {
-            let remoting = Arc::clone(self.cluster.remoting());
-            match payload.encode(&remoting) {
-                Ok((body, sender)) => {
-                    self.remote_manager(&target)
-                        .tell(ManagerMsg::Deliver { body, sender });
-                }
-                Err((sender, error)) => {
-                    tracing::warn!(singleton = %self.type_name, %error, "message for the singleton does not serialize");
-                    self.dead_letter(sender, DeadLetterCause::Undecodable);
-                    return Ok(());
-                }
+            let manager = self.remote_manager(&target);
+            match sender {
+                Some(sender) => manager.tell_from(message, &sender),
+                None => manager.tell(message),
             }
         }
         self.last_sent = Some(target);
@@ -359,7 +478,10 @@ impl<M: RemoteMessage> ProxyActor<M> {
                 }
             }
         } else {
-            self.remote_manager(&node).tell(request);
+            self.cluster
+                .remoting()
+                .remote_ref::<ManagerMsg>(&node, &self.manager_elements)
+                .tell(request);
         }
         self.drain = Some((nonce, node));
         ctx.schedule_once(
@@ -403,7 +525,7 @@ impl<M: RemoteMessage> ProxyActor<M> {
                     "singleton proxy buffer is full while no node hosts: dead-lettering (warned once)"
                 );
             }
-            let sender = payload.sender().cloned();
+            let sender = payload.sender.clone();
             self.dead_letter_with_reason(
                 sender,
                 format!(
@@ -416,7 +538,7 @@ impl<M: RemoteMessage> ProxyActor<M> {
         self.buffer.push_back(payload);
     }
 
-    fn dead_letter_no_manager(&mut self, payload: Payload<M>) {
+    fn dead_letter_no_manager(&mut self, sender: Option<ActorPath>) {
         if !self.warned_no_manager {
             self.warned_no_manager = true;
             tracing::warn!(
@@ -424,7 +546,7 @@ impl<M: RemoteMessage> ProxyActor<M> {
                 "this node is the singleton's elected host but never called start(..): dead-lettering (warned once)"
             );
         }
-        self.dead_letter(payload.sender().cloned(), DeadLetterCause::NoManager);
+        self.dead_letter(sender, DeadLetterCause::NoManager);
         self.cluster
             .system()
             .event_stream()
@@ -474,46 +596,47 @@ impl<M: RemoteMessage> Actor for ProxyActor<M> {
     async fn handle(&mut self, msg: ProxyMsg, ctx: &mut Context<Self>) -> Result<(), ActorError> {
         match msg {
             ProxyMsg::Drained { nonce, messages } => {
-                let origin = ctx.origin().cloned();
-                let items = messages
-                    .into_iter()
-                    .map(|m| Payload::Encoded {
-                        body: m.body,
-                        // The senders were on this node: the proxy's own.
-                        sender: sender_path(None, &self.me, m.sender),
-                    })
-                    .collect();
-                if origin.is_none() {
-                    tracing::debug!(singleton = %self.type_name, "drain answer without a network origin");
+                let remoting = Arc::clone(self.cluster.remoting());
+                let mut items = Vec::with_capacity(messages.len());
+                for held in messages {
+                    match Payload::decode(&remoting, &self.me, &held.body, held.sender) {
+                        Ok(payload) => items.push(payload),
+                        Err(error) => {
+                            tracing::warn!(singleton = %self.type_name, %error, "a message given back does not decode");
+                            self.dead_letter(None, DeadLetterCause::Undecodable);
+                        }
+                    }
                 }
                 self.on_drained(nonce, items, ctx);
             }
             ProxyMsg::Internal(ProxyInternal(internal)) => match internal {
-                ProxyInternalMsg::Send { message, sender } => match message.downcast::<M>() {
-                    Ok(message) => self.submit(
-                        Payload::Value {
-                            message: *message,
-                            sender,
-                        },
-                        ctx,
-                    ),
-                    Err(_) => {
-                        tracing::error!(singleton = %self.type_name, "proxy sent the wrong message type")
+                ProxyInternalMsg::Send { message, sender } => {
+                    match message.downcast::<M>() {
+                        Ok(message) => self.submit(
+                            Payload {
+                                message: *message,
+                                sender,
+                            },
+                            ctx,
+                        ),
+                        Err(_) => {
+                            tracing::error!(singleton = %self.type_name, "proxy sent the wrong message type");
+                        }
                     }
-                },
+                    let mut state = self.fast.state.lock();
+                    state.pending = state.pending.saturating_sub(1);
+                }
                 ProxyInternalMsg::ClusterChanged => {
                     let route = self.resolve_route();
                     if route != self.route {
-                        tracing::debug!(singleton = %self.type_name, ?route, "singleton proxy re-routes");
-                        self.route = route;
-                        self.flush(ctx);
+                        self.set_route(route, ctx);
                     }
                 }
                 ProxyInternalMsg::DrainedLocal { nonce, items } => {
                     match items.downcast::<Vec<Payload<M>>>() {
                         Ok(items) => self.on_drained(nonce, *items, ctx),
                         Err(_) => {
-                            tracing::error!(singleton = %self.type_name, "drain answer of the wrong message type")
+                            tracing::error!(singleton = %self.type_name, "drain answer of the wrong message type");
                         }
                     }
                 }
@@ -530,11 +653,12 @@ impl<M: RemoteMessage> Actor for ProxyActor<M> {
                         self.role = role;
                     }
                     self.local_manager = None;
-                    self.route = self.resolve_route();
-                    self.flush(ctx);
+                    let route = self.resolve_route();
+                    self.set_route(route, ctx);
                 }
             },
         }
+        self.sync_fast_path();
         Ok(())
     }
 
@@ -543,7 +667,7 @@ impl<M: RemoteMessage> Actor for ProxyActor<M> {
             task.abort();
         }
         for payload in std::mem::take(&mut self.buffer) {
-            self.dead_letter(payload.sender().cloned(), DeadLetterCause::NotHosting);
+            self.dead_letter(payload.sender.clone(), DeadLetterCause::NotHosting);
         }
     }
 }
