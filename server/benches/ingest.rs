@@ -360,6 +360,10 @@ fn main() {
             "/api/v1/clusters/bench/events?kind=SingletonStarted".into(),
         ),
         (
+            "events, two kinds",
+            "/api/v1/clusters/bench/events?kind=SingletonStarted&kind=LeaderChanged".into(),
+        ),
+        (
             "events, one node",
             "/api/v1/clusters/bench/events?node=10.0.0.3:2552".into(),
         ),

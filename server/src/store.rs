@@ -461,10 +461,12 @@ impl Store {
         Ok(with_pool!(self, |pool| {
             let mut q = sqlx::QueryBuilder::new("");
             match kinds.as_slice() {
-                [] => push_events_page(&mut q, cluster_id, filter, None),
-                [kind] => push_events_page(&mut q, cluster_id, filter, Some(kind)),
-                // One index range per kind, merged: an IN list would make the database walk
-                // the time index and skip every event of other kinds.
+                // A subject's history is one range of the subject index, filtered by kind.
+                kinds if kinds.len() <= 1 || filter.subject.is_some() => {
+                    push_events_page(&mut q, cluster_id, filter, kinds);
+                }
+                // One range of the kind index per kind, merged: an IN list would make the
+                // database walk the time index past every event of other kinds.
                 kinds => {
                     q.push("SELECT * FROM (");
                     for (i, kind) in kinds.iter().enumerate() {
@@ -472,7 +474,7 @@ impl Store {
                             q.push(" UNION ALL ");
                         }
                         q.push("SELECT * FROM (");
-                        push_events_page(&mut q, cluster_id, filter, Some(kind));
+                        push_events_page(&mut q, cluster_id, filter, std::slice::from_ref(kind));
                         q.push(format!(") AS k{i}"));
                     }
                     q.push(") AS u ORDER BY at_ms DESC, id DESC LIMIT ")
@@ -620,19 +622,30 @@ impl Store {
     }
 }
 
-/// One page of events (optionally of one kind), newest first.
+/// One page of events (of any of `kinds`, or all when empty), newest first.
 fn push_events_page<DB: sqlx::Database>(
     q: &mut sqlx::QueryBuilder<'_, DB>,
     cluster_id: i64,
     filter: &EventFilter,
-    kind: Option<&str>,
+    kinds: &[String],
 ) where
     String: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
     i64: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
 {
     q.push(sql::EVENTS_SELECT).push_bind(cluster_id);
-    if let Some(kind) = kind {
-        q.push(" AND e.kind = ").push_bind(kind.to_owned());
+    match kinds {
+        [] => {}
+        [kind] => {
+            q.push(" AND e.kind = ").push_bind(kind.clone());
+        }
+        kinds => {
+            q.push(" AND e.kind IN (");
+            let mut list = q.separated(", ");
+            for kind in kinds {
+                list.push_bind(kind.clone());
+            }
+            q.push(")");
+        }
     }
     if let Some(node) = &filter.node {
         q.push(" AND a.node = ").push_bind(node.clone());
