@@ -223,7 +223,7 @@ async fn router(
             ClusterRouterEvent::DepthSample(sample) => {
                 sampled.insert(sample.node);
             }
-            ClusterRouterEvent::DeadLettered { .. } => {}
+            ClusterRouterEvent::Started { .. } | ClusterRouterEvent::DeadLettered { .. } => {}
         }
     }
     router

@@ -226,12 +226,26 @@ mod cluster_router {
             options(&sim, 0, RoutingStrategy::SmallestMailbox).with_role("compute"),
         );
 
+        let started = wait_event(&mut events, "the start", |e| {
+            matches!(e, ClusterRouterEvent::Started { .. })
+        })
+        .await;
+        assert_eq!(
+            started,
+            ClusterRouterEvent::Started {
+                router: router.path().clone(),
+                strategy: RoutingStrategy::SmallestMailbox,
+                role: Some("compute".into()),
+                routee_path: "/user/worker".into(),
+            }
+        );
         let first = wait_event(&mut events, "the initial set", |e| {
             matches!(e, ClusterRouterEvent::RouteeSetChanged { .. })
         })
         .await;
         let ClusterRouterEvent::RouteeSetChanged {
             router: path,
+            strategy,
             routee_path,
             routees,
             added,
@@ -241,6 +255,7 @@ mod cluster_router {
             unreachable!()
         };
         assert_eq!(path, *router.path());
+        assert_eq!(strategy, RoutingStrategy::SmallestMailbox);
         assert_eq!(routee_path, "/user/worker");
         assert_eq!(routees, vec![sim_address(0), sim_address(1)]);
         assert_eq!(added, routees, "the first set is all additions");

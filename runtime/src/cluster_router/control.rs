@@ -27,6 +27,7 @@ use crate::actor_ref::ActorRef;
 use crate::cluster::{Cluster, ClusterSubscription};
 use crate::path::ActorPath;
 use crate::remote::{Address, RemoteMessage};
+use crate::routing::RoutingStrategy;
 
 /// The router's reply inbox and the stream of replies it forwards, tagged with their node.
 pub(super) type DepthReplies = (
@@ -72,6 +73,7 @@ pub(super) struct Control<M: RemoteMessage> {
     router: ActorPath,
     routee_path: String,
     role: Option<String>,
+    strategy: RoutingStrategy,
     generation: u64,
     table: RoutingTable,
     routees: Arc<[ActorRef<M>]>,
@@ -110,6 +112,7 @@ impl<M: RemoteMessage> Control<M> {
             router,
             routee_path: options.routee_path.clone(),
             role: options.role.clone(),
+            strategy: options.strategy,
             generation: 0,
             table,
             routees,
@@ -196,6 +199,7 @@ impl<M: RemoteMessage> Control<M> {
             .event_stream()
             .publish(ClusterRouterEvent::RouteeSetChanged {
                 router: self.router.clone(),
+                strategy: self.strategy,
                 routee_path: self.routee_path.clone(),
                 routees: nodes,
                 added: change.added,

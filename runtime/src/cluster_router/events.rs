@@ -12,15 +12,29 @@ use tokio::time::Instant;
 use crate::dead_letter::DeadLetterReason;
 use crate::path::ActorPath;
 use crate::remote::Address;
+use crate::routing::RoutingStrategy;
 
 /// One event of one cluster router.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClusterRouterEvent {
+    /// A router started (and again after a restart).
+    Started {
+        /// The router.
+        router: ActorPath,
+        /// Its strategy.
+        strategy: RoutingStrategy,
+        /// The role routees must carry, if any.
+        role: Option<String>,
+        /// The routee path on each node.
+        routee_path: String,
+    },
     /// The routee set was derived anew and differs from the previous one (the first set, when
     /// the router starts, counts as a change from the empty set).
     RouteeSetChanged {
         /// The router.
         router: ActorPath,
+        /// Its strategy.
+        strategy: RoutingStrategy,
         /// The routee path on each node.
         routee_path: String,
         /// The nodes now routed to, address-ordered.

@@ -250,6 +250,14 @@ impl<M: RemoteMessage> Actor for ClusterRouter<M> {
         } else {
             None
         };
+        ctx.system()
+            .event_stream()
+            .publish(ClusterRouterEvent::Started {
+                router: ctx.path().clone(),
+                strategy: self.options.strategy,
+                role: self.options.role.clone(),
+                routee_path: self.options.routee_path.clone(),
+            });
         // Subscribe before the first derivation so no change falls between the two.
         let membership = cluster.subscribe();
         let (mut control, mut updates) =
