@@ -10,7 +10,7 @@
 //! # #[derive(Default)] struct JobScheduler;
 //! # impl Actor for JobScheduler { type Msg = JobCommand; async fn handle(&mut self, _: JobCommand, _: &mut Context<Self>) -> Result<(), ActorError> { Ok(()) } }
 //! # fn example(cluster: &troupe::cluster::Cluster) -> Result<(), Box<dyn std::error::Error>> {
-//! let key = SingletonKey::<JobCommand>::of("job-scheduler", None);
+//! let key = SingletonKey::of::<JobCommand>("job-scheduler", None);
 //! // On every node that may host it:
 //! let scheduler = cluster
 //!     .singleton()

@@ -16,8 +16,8 @@ use std::sync::Arc;
 /// use troupe::singleton::SingletonKey;
 /// # #[derive(serde::Serialize, serde::Deserialize)] enum IngressCommand { Drain }
 ///
-/// let ingress = SingletonKey::<IngressCommand>::of("ingress", "edge");
-/// let scheduler = SingletonKey::<IngressCommand>::of("job-scheduler", None);
+/// let ingress = SingletonKey::of::<IngressCommand>("ingress", "edge");
+/// let scheduler = SingletonKey::of::<IngressCommand>("job-scheduler", None);
 /// assert_eq!(ingress.role(), Some("edge"));
 /// assert_eq!(scheduler.role(), None);
 /// ```
@@ -27,17 +27,21 @@ pub struct SingletonKey<M> {
     _message: PhantomData<fn(M)>,
 }
 
-impl<M> SingletonKey<M> {
-    /// The singleton named `type_name`, hosted by members carrying `role` (any member when
-    /// `None`). `type_name` names the instance actor and its manager, so it must be a valid
-    /// actor name; `start` and `proxy` check it.
-    pub fn of<'a>(type_name: &str, role: impl Into<Option<&'a str>>) -> Self {
-        Self {
+impl SingletonKey<()> {
+    /// The singleton named `type_name` that takes messages of type `M`, hosted by members
+    /// carrying `role` (any member when `None`): `SingletonKey::of::<Command>("ingress", "edge")`.
+    /// `type_name` names the instance actor and its manager, so it must be a valid actor name;
+    /// `start` and `proxy` check it.
+    pub fn of<'a, M>(type_name: &str, role: impl Into<Option<&'a str>>) -> SingletonKey<M> {
+        SingletonKey {
             type_name: Arc::from(type_name),
             role: role.into().map(Arc::from),
             _message: PhantomData,
         }
     }
+}
+
+impl<M> SingletonKey<M> {
 
     /// The singleton's name.
     #[must_use]
