@@ -94,9 +94,10 @@ impl<A: Actor> Context<A> {
         self.sender.as_ref()
     }
 
-    /// The node the message being handled came from, when it came over the network: the
-    /// address the transport verified during its handshake, never a value from the payload.
-    /// `None` for messages sent on this node (the loopback counts as this node).
+    /// The node the message being handled came through remoting from: the address the
+    /// transport verified during its handshake, never a value from the payload. A message sent
+    /// through a remote ref to this node's own address (the loopback) has this node's address;
+    /// a plain local `tell` has `None`.
     #[must_use]
     pub fn origin(&self) -> Option<&crate::remote::Address> {
         self.sender.as_ref().and_then(ActorPath::address)
