@@ -42,7 +42,6 @@ impl SingletonKey<()> {
 }
 
 impl<M> SingletonKey<M> {
-
     /// The singleton's name.
     #[must_use]
     pub fn type_name(&self) -> &str {
