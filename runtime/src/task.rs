@@ -7,8 +7,9 @@
 //! 3. `post_stop` runs (a panic in it is logged, not propagated).
 //! 4. The mailbox closes: queued user messages become dead letters; watch requests that raced
 //!    the close are answered with `Terminated`.
-//! 5. Watchers receive `Terminated`; the actor leaves its parent's children (freeing the name)
-//!    and tells the parent; waiters on `terminated()` are released.
+//! 5. The actor leaves its parent's children (freeing the name) and tells a parent that
+//!    waits for it; then watchers receive `Terminated` (so a watcher may respawn at the same
+//!    path at once); waiters on `terminated()` are released.
 
 use std::future::{Future, poll_fn};
 use std::panic::AssertUnwindSafe;
@@ -296,13 +297,8 @@ impl<A: Actor> Runner<A> {
                 self.watchers.push(watcher);
             }
         }
-        let terminated = Terminated {
-            path: self.cell.path.clone(),
-            id: self.cell.id,
-        };
-        for watcher in self.watchers.drain(..) {
-            let _ = watcher.send_system(SystemMsg::Terminated(terminated.clone()));
-        }
+        // Free the name first: a watcher that respawns at the same path on Terminated must
+        // not find it taken.
         if let Some(parent) = self.parent.take() {
             let awaited = {
                 let mut children = parent.children().lock();
@@ -314,6 +310,13 @@ impl<A: Actor> Runner<A> {
             if awaited {
                 let _ = parent.send_system(SystemMsg::ChildTerminated);
             }
+        }
+        let terminated = Terminated {
+            path: self.cell.path.clone(),
+            id: self.cell.id,
+        };
+        for watcher in self.watchers.drain(..) {
+            let _ = watcher.send_system(SystemMsg::Terminated(terminated.clone()));
         }
         self.cell.termination.mark_done();
     }

@@ -305,3 +305,83 @@ async fn a_new_actor_at_a_watched_path_is_not_covered_by_the_old_watch() {
     assert_eq!(f.seen(), []);
     f.system.shutdown().await;
 }
+
+/// Respawns its target under the same name as soon as it learns of its termination.
+struct Respawner {
+    target: Option<troupe::ActorRef<()>>,
+    done: Option<tokio::sync::oneshot::Sender<Result<(), troupe::SpawnError>>>,
+}
+
+struct Quiet;
+
+impl troupe::Actor for Quiet {
+    type Msg = ();
+
+    async fn handle(
+        &mut self,
+        _msg: (),
+        _ctx: &mut troupe::Context<Self>,
+    ) -> Result<(), troupe::ActorError> {
+        Ok(())
+    }
+}
+
+impl troupe::Actor for Respawner {
+    type Msg = ();
+
+    async fn pre_start(
+        &mut self,
+        ctx: &mut troupe::Context<Self>,
+    ) -> Result<(), troupe::ActorError> {
+        let target = ctx.spawn("child", troupe::Props::new(|| Quiet))?;
+        ctx.watch(&target);
+        self.target = Some(target);
+        Ok(())
+    }
+
+    async fn handle(
+        &mut self,
+        _msg: (),
+        _ctx: &mut troupe::Context<Self>,
+    ) -> Result<(), troupe::ActorError> {
+        if let Some(target) = &self.target {
+            target.stop();
+        }
+        Ok(())
+    }
+
+    async fn on_terminated(
+        &mut self,
+        _t: troupe::Terminated,
+        ctx: &mut troupe::Context<Self>,
+    ) -> Result<(), troupe::ActorError> {
+        let result = ctx.spawn("child", troupe::Props::new(|| Quiet)).map(|_| ());
+        if let Some(done) = self.done.take() {
+            let _ = done.send(result);
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_can_respawn_at_the_same_name_as_soon_as_terminated_arrives() {
+    let system = troupe::ActorSystem::new("respawn").unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let mut done = Some(tx);
+    let parent = system
+        .spawn(
+            "parent",
+            troupe::Props::new(move || Respawner {
+                target: None,
+                done: done.take(),
+            }),
+        )
+        .unwrap();
+    parent.tell(());
+    let result = tokio::time::timeout(std::time::Duration::from_secs(10), rx)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(result.is_ok(), "the name was still taken: {result:?}");
+    system.shutdown().await;
+}
