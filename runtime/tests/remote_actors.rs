@@ -2,7 +2,6 @@
 //! watch, stop — plus self-routing through the loopback and dead letters for what cannot be
 //! delivered.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -284,6 +283,31 @@ async fn an_unregistered_manifest_is_a_dead_letter_naming_it_never_a_panic() {
     );
 }
 
+/// Spawn a watcher of `remote` on `node`; returns where its `Terminated` arrives. An ask round
+/// trip afterwards orders the watch before whatever the test does next.
+async fn watch_from(
+    node: &Node,
+    remote: &ActorRef<Counter>,
+) -> mpsc::UnboundedReceiver<Terminated> {
+    let (tx, seen) = mpsc::unbounded_channel();
+    let target = remote.clone();
+    node.system
+        .spawn(
+            "watcher",
+            Props::new(move || Watcher {
+                target: target.clone(),
+                seen: tx.clone(),
+            }),
+        )
+        .unwrap();
+    remote
+        .ask(|reply| Counter::Get { reply })
+        .timeout(WAIT)
+        .await
+        .unwrap();
+    seen
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watching_a_remote_actor_delivers_terminated_when_it_stops() {
     let (a, b) = pair().await;
@@ -296,23 +320,7 @@ async fn watching_a_remote_actor_delivers_terminated_when_it_stops() {
         .remoting()
         .actor_ref(&path_on(&b, "/user/counter"))
         .unwrap();
-    let (tx, mut seen) = mpsc::unbounded_channel();
-    let target = remote.clone();
-    a.system
-        .spawn(
-            "watcher",
-            Props::new(move || Watcher {
-                target: target.clone(),
-                seen: tx.clone(),
-            }),
-        )
-        .unwrap();
-    // The watch must be registered on b before the stop; an ask round trip orders it.
-    remote
-        .ask(|reply| Counter::Get { reply })
-        .timeout(WAIT)
-        .await
-        .unwrap();
+    let mut seen = watch_from(&a, &remote).await;
     counter.stop();
     let terminated = tokio::time::timeout(WAIT, seen.recv())
         .await
@@ -333,22 +341,7 @@ async fn watching_an_actor_on_a_node_that_is_removed_delivers_terminated() {
         .remoting()
         .actor_ref(&path_on(&b, "/user/counter"))
         .unwrap();
-    let (tx, mut seen) = mpsc::unbounded_channel();
-    let target = remote.clone();
-    a.system
-        .spawn(
-            "watcher",
-            Props::new(move || Watcher {
-                target: target.clone(),
-                seen: tx.clone(),
-            }),
-        )
-        .unwrap();
-    remote
-        .ask(|reply| Counter::Get { reply })
-        .timeout(WAIT)
-        .await
-        .unwrap();
+    let mut seen = watch_from(&a, &remote).await;
     let mut events = a.cluster.subscribe();
     b.cluster.leave();
     events
@@ -360,7 +353,6 @@ async fn watching_an_actor_on_a_node_that_is_removed_delivers_terminated() {
         .unwrap()
         .unwrap();
     assert_eq!(terminated.id, remote.id());
-    drop(Arc::new(b));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
