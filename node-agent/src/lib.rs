@@ -1,7 +1,9 @@
 //! The Troupe node agent: the host process an application pod runs around the runtime — it
 //! binds the transport, joins the cluster, reports what happens, and leaves cleanly on SIGTERM.
-//! (Probes, control-plane reporting and demo workloads arrive with later issues.)
+//! With `--demo` it also runs the demo workload (`demo.rs`): a singleton job scheduler, compute
+//! workers behind a cluster router, and the occasional dead letter.
 
+pub mod demo;
 pub mod reporter;
 
 use std::collections::BTreeSet;
@@ -66,6 +68,11 @@ pub struct AgentConfig {
     /// Milliseconds between report batches.
     #[arg(long, env = "TROUPE_REPORT_INTERVAL_MS", default_value_t = 500)]
     pub report_interval_ms: u64,
+    /// Run the demo workload: a singleton job scheduler sending jobs through a cluster router
+    /// to a compute worker on every node, with an occasional dead letter. Start it on every
+    /// node of the cluster.
+    #[arg(long, env = "TROUPE_DEMO", default_value_t = false)]
+    pub demo: bool,
 }
 
 /// Why the agent could not start.
@@ -83,6 +90,9 @@ pub enum AgentError {
     /// The cluster could not start.
     #[error("cluster: {0}")]
     Cluster(String),
+    /// The demo workload could not start.
+    #[error(transparent)]
+    Demo(#[from] demo::DemoError),
 }
 
 /// A running node.
@@ -91,6 +101,7 @@ pub struct Agent {
     system: ActorSystem,
     cluster: Cluster,
     reporter: Option<reporter::ReporterHandle>,
+    demo: Option<demo::Demo>,
 }
 
 fn member_json(member: &Member) -> serde_json::Value {
@@ -191,11 +202,14 @@ impl Agent {
             });
             handle
         });
+        // After the reporter, so that it sees the demo router and singleton start.
+        let demo = config.demo.then(|| demo::start(&cluster)).transpose()?;
         tracing::info!(node = %cluster.self_node(), "agent started");
         Ok(Self {
             system,
             cluster,
             reporter,
+            demo,
         })
     }
 
@@ -203,6 +217,12 @@ impl Agent {
     #[must_use]
     pub fn reporter(&self) -> Option<&reporter::ReporterHandle> {
         self.reporter.as_ref()
+    }
+
+    /// The demo workload, when started with `--demo`.
+    #[must_use]
+    pub fn demo(&self) -> Option<&demo::Demo> {
+        self.demo.as_ref()
     }
 
     /// The cluster handle.
