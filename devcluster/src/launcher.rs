@@ -345,51 +345,75 @@ fn poll_until(
 fn banner(plan: &Plan, children: &Children) -> String {
     let base = plan.base_url();
     let cluster = &plan.cluster;
-    let mut agents = String::new();
+    let mut lines = vec![String::new()];
+    lines.push(format!(
+        "Troupe dev cluster `{cluster}` is up: the control plane and {} agents.",
+        plan.agent_ports.len()
+    ));
+    if plan.demo {
+        lines.extend(
+            [
+                "Demo workload: a singleton job scheduler sends jobs through a smallest-mailbox",
+                "router to a compute worker on every node; every few seconds one job goes to a",
+                "retired worker path and becomes a dead letter.",
+            ]
+            .map(String::from),
+        );
+    } else {
+        lines.push("No workload (--no-demo): membership only.".to_owned());
+    }
+    lines.push(String::new());
+    for (label, path) in [
+        ("Dashboard", "/"),
+        ("API", "/api/v1"),
+        ("API docs", "/api/v1/docs"),
+        ("Metrics", "/metrics"),
+    ] {
+        lines.push(format!("  {label:<12}{base}{path}"));
+    }
+    lines.push(String::new());
     for (n, port) in plan.agent_ports.iter().enumerate() {
         let child = Child::Agent(n + 1);
+        let label = if n == 0 { "Agents" } else { "" };
         let pid = children
             .pids
             .get(&child)
             .map_or_else(String::new, |p| format!("pid {}", p.as_raw_nonzero()));
-        let seed = if n == 0 { ", the seed" } else { "" };
-        agents.push_str(&format!(
-            "                {child:<8} 127.0.0.1:{port:<6} {pid}{seed}\n"
+        let seed = if n == 0 { " (seed)" } else { "" };
+        lines.push(format!(
+            "  {label:<12}{:<9}127.0.0.1:{port:<7}{pid}{seed}",
+            child.to_string()
         ));
     }
-    let workload = if plan.demo {
-        "running the demo workload: a singleton job scheduler sends jobs through a\n\
-         smallest-mailbox router to a worker on every node; every few seconds one job goes\n\
-         to a retired worker path and becomes a dead letter"
-    } else {
-        "without a workload (--no-demo)"
-    };
-    format!(
-        "\n\
-Troupe dev cluster `{cluster}` is up: the control plane and {n} agents, {workload}.\n\
-\n\
-  Dashboard     {base}/\n\
-  API           {base}/api/v1\n\
-  API docs      {base}/api/v1/docs\n\
-  Metrics       {base}/metrics\n\
-\n\
-  Agents\n{agents}\
-  Logs          {logs}/<server|agent-N>.log\n\
-  History       {sqlite} (SQLite)\n\
-\n\
-  Try           curl {base}/api/v1/clusters/{cluster}/members\n\
-                curl {base}/api/v1/clusters/{cluster}/singletons\n\
-                curl {base}/api/v1/clusters/{cluster}/routers\n\
-                curl '{base}/api/v1/clusters/{cluster}/dead-letters?limit=5'\n\
-                kill <pid of an agent>   (it leaves; the singleton and routers follow)\n\
-  Admin token   {admin} (member operations: PUT /api/v1/clusters/{cluster}/members/<host:port>)\n\
-\n\
-Press Ctrl-C to stop everything.\n",
-        n = plan.agent_ports.len(),
-        logs = plan.logs.display(),
-        sqlite = plan.sqlite.display(),
-        admin = plan.admin_token,
-    )
+    lines.push(format!(
+        "  {:<12}{}/<server|agent-N>.log",
+        "Logs",
+        plan.logs.display()
+    ));
+    lines.push(format!(
+        "  {:<12}{} (SQLite)",
+        "History",
+        plan.sqlite.display()
+    ));
+    lines.push(String::new());
+    let tries = [
+        format!("curl {base}/api/v1/clusters/{cluster}/members"),
+        format!("curl {base}/api/v1/clusters/{cluster}/singletons/job-scheduler"),
+        format!("curl {base}/api/v1/clusters/{cluster}/routers"),
+        format!("curl '{base}/api/v1/clusters/{cluster}/dead-letters?limit=5'"),
+        "kill <an agent's pid>   (it leaves; the singleton and the routers follow)".to_owned(),
+    ];
+    for (n, line) in tries.iter().enumerate() {
+        let label = if n == 0 { "Try" } else { "" };
+        lines.push(format!("  {label:<12}{line}"));
+    }
+    lines.push(format!(
+        "  {:<12}{} (member operations: PUT {base}/api/v1/clusters/{cluster}/members/<host:port>)",
+        "Admin token", plan.admin_token
+    ));
+    lines.push(String::new());
+    lines.push("Press Ctrl-C to stop everything.".to_owned());
+    lines.join("\n")
 }
 
 /// Run the cluster until it is stopped; the launcher's exit code.

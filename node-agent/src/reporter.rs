@@ -218,7 +218,7 @@ pub fn start(
                 },
                 letter = dead_letters.recv() => {
                     if let Some(letter) = letter {
-                        push(convert::dead_letter(&letter, now_ms()));
+                        push(convert::dead_letter(&letter, cluster.self_address(), now_ms()));
                     }
                 }
                 event = singleton_events.recv() => {

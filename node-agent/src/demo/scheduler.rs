@@ -33,7 +33,8 @@ impl RemoteMessage for SchedulerMsg {
 pub struct SchedulerSettings {
     /// Between bursts.
     pub tick: Duration,
-    /// Jobs per burst.
+    /// Jobs per burst for three workers; scaled by the number of up members, so each worker
+    /// sees the same load however many nodes there are.
     pub jobs_per_tick: RangeInclusive<u32>,
     /// Every this many ticks the burst is three times as large.
     pub spike_every: u64,
@@ -44,14 +45,15 @@ pub struct SchedulerSettings {
 }
 
 impl Default for SchedulerSettings {
-    /// About 5 jobs of about 200 ms a second, a spike every 10 s, a dead letter every 4 s: three
-    /// workers are busy about a third of the time, and mailboxes fill visibly on spikes.
+    /// About 4 jobs of about 400 ms a second for three workers, a spike every 10 s, a dead
+    /// letter every 4 s: workers are busy about 60% of the time, and mailboxes fill after each
+    /// burst (most on spikes) and drain before the next.
     fn default() -> Self {
         Self {
             tick: Duration::from_secs(1),
-            jobs_per_tick: 2..=8,
+            jobs_per_tick: 1..=7,
             spike_every: 10,
-            work_ms: 50..=350,
+            work_ms: 100..=700,
             dead_letter_every: 4,
         }
     }
@@ -66,10 +68,20 @@ pub struct TickPlan {
     pub dead_letter: bool,
 }
 
-/// Plan tick number `tick` (from 1).
+/// Plan tick number `tick` (from 1) for `workers` workers.
 #[must_use]
-pub fn plan(tick: u64, settings: &SchedulerSettings, rng: &mut impl Rng) -> TickPlan {
-    let mut count = rng.random_range(settings.jobs_per_tick.clone());
+pub fn plan(
+    tick: u64,
+    workers: usize,
+    settings: &SchedulerSettings,
+    rng: &mut impl Rng,
+) -> TickPlan {
+    let per_three = u64::from(rng.random_range(settings.jobs_per_tick.clone()));
+    let mut count = if workers == 0 {
+        0
+    } else {
+        (per_three * workers as u64).div_ceil(3)
+    };
     if settings.spike_every > 0 && tick % settings.spike_every == 0 {
         count *= 3;
     }
@@ -154,7 +166,8 @@ impl Actor for JobScheduler {
         match msg {
             SchedulerMsg::Tick => {
                 self.ticks += 1;
-                let plan = plan(self.ticks, &self.settings, &mut rand::rng());
+                let workers = self.cluster.up_members().len();
+                let plan = plan(self.ticks, workers, &self.settings, &mut rand::rng());
                 for work_ms in &plan.jobs {
                     let job = self.job(*work_ms);
                     self.router.tell(job);
@@ -189,12 +202,17 @@ mod tests {
 
     proptest! {
         #[test]
-        fn a_plan_stays_within_the_settings(tick in 1u64..1_000, seed: u64) {
+        fn a_plan_scales_with_the_workers_and_stays_within_the_settings(
+            tick in 1u64..1_000,
+            workers in 0usize..10,
+            seed: u64,
+        ) {
             let settings = SchedulerSettings::default();
-            let plan = plan(tick, &settings, &mut rand::rngs::StdRng::seed_from_u64(seed));
-            let max = u64::from(*settings.jobs_per_tick.end()) * if tick % 10 == 0 { 3 } else { 1 };
-            prop_assert!(plan.jobs.len() as u64 >= u64::from(*settings.jobs_per_tick.start()));
-            prop_assert!(plan.jobs.len() as u64 <= max);
+            let plan = plan(tick, workers, &settings, &mut rand::rngs::StdRng::seed_from_u64(seed));
+            let spike = if tick % 10 == 0 { 3 } else { 1 };
+            let scaled = |n: u32| (u64::from(n) * workers as u64).div_ceil(3) * spike;
+            prop_assert!(plan.jobs.len() as u64 >= scaled(*settings.jobs_per_tick.start()));
+            prop_assert!(plan.jobs.len() as u64 <= scaled(*settings.jobs_per_tick.end()));
             prop_assert!(plan.jobs.iter().all(|w| settings.work_ms.contains(w)));
             prop_assert_eq!(plan.dead_letter, tick % 4 == 0);
         }
