@@ -234,6 +234,8 @@ impl Plan {
         };
         command
             .env("TROUPE_INGEST_TOKEN", &self.ingest_token)
+            // Plain text in the log files.
+            .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             // Ctrl-C in the terminal reaches the launcher only; it stops the children in order.
             .process_group(0)
