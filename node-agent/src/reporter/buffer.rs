@@ -367,6 +367,9 @@ mod tests {
                 buffer.acknowledged(batch.sequence);
             }
             prop_assert_eq!(events_in + samples_in, events_out + samples_out + dropped);
+            // The cumulative count (for /metrics) is every drop, reported or not.
+            prop_assert_eq!(buffer.total_drops().total(), dropped);
+            prop_assert_eq!(buffer.unreported_drops().total(), 0);
         }
     }
 }
