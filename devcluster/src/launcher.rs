@@ -83,6 +83,8 @@ pub struct Plan {
     pub port: u16,
     /// Each agent's cluster port on 127.0.0.1; the first is the seed.
     pub agent_ports: Vec<u16>,
+    /// Each agent's management port (health probes, `/metrics`) on 127.0.0.1.
+    pub management_ports: Vec<u16>,
     /// The cluster's name.
     pub cluster: String,
     /// The SQLite file.
@@ -149,6 +151,9 @@ impl Plan {
         let agent_ports = (0..config.agents)
             .map(|_| free_port())
             .collect::<Result<Vec<_>, _>>()?;
+        let management_ports = (0..config.agents)
+            .map(|_| free_port())
+            .collect::<Result<Vec<_>, _>>()?;
         let logs = config.data_dir.join("logs");
         std::fs::create_dir_all(&logs).map_err(io(format!("creating {}", logs.display())))?;
         let sqlite = config.data_dir.join("control-plane.sqlite");
@@ -168,6 +173,7 @@ impl Plan {
             agent_bin,
             port,
             agent_ports,
+            management_ports,
             cluster: config.cluster.clone(),
             sqlite,
             logs,
@@ -216,6 +222,9 @@ impl Plan {
                     .arg(&self.cluster)
                     .arg("--bind")
                     .arg(format!("127.0.0.1:{port}"))
+                    // Several agents on one machine: each its own management port.
+                    .arg("--management-bind")
+                    .arg(format!("127.0.0.1:{}", self.management_ports[n - 1]))
                     .arg("--seed")
                     .arg(format!(
                         "troupe://{}@127.0.0.1:{}",
@@ -381,10 +390,11 @@ fn banner(plan: &Plan, children: &Children) -> String {
             .pids
             .get(&child)
             .map_or_else(String::new, |p| format!("pid {}", p.as_raw_nonzero()));
-        let seed = if n == 0 { " (seed)" } else { "" };
+        let seed = if n == 0 { ", seed" } else { "" };
         lines.push(format!(
-            "  {label:<12}{:<9}127.0.0.1:{port:<7}{pid}{seed}",
-            child.to_string()
+            "  {label:<12}{:<9}127.0.0.1:{port:<7}{pid:<11}metrics http://127.0.0.1:{}/metrics{seed}",
+            child.to_string(),
+            plan.management_ports[n]
         ));
     }
     lines.push(format!(

@@ -78,6 +78,19 @@ pub struct ReporterStats {
     pub events_buffered: AtomicU64,
 }
 
+/// The buffer's fill and cumulative drops, for `/metrics`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Occupancy {
+    /// Events queued (not counting the batch in flight).
+    pub events: usize,
+    /// Depth samples queued.
+    pub depth_samples: usize,
+    /// Items the buffer holds before dropping.
+    pub capacity: usize,
+    /// Every drop since start, by kind.
+    pub dropped_total: troupe_protocol::DroppedCounts,
+}
+
 enum Command {
     Health(AgentHealth, Option<String>),
     WatchDepth(String),
@@ -121,6 +134,18 @@ impl ReporterHandle {
     pub fn backlog(&self) -> ((usize, usize), troupe_protocol::DroppedCounts) {
         let buffer = self.buffer.lock();
         (buffer.queued(), buffer.unreported_drops())
+    }
+
+    /// How full the buffer is, and everything it ever dropped.
+    #[must_use]
+    pub fn occupancy(&self) -> Occupancy {
+        let buffer = self.buffer.lock();
+        Occupancy {
+            events: buffer.queued().0,
+            depth_samples: buffer.queued_samples(),
+            capacity: buffer.limits().items,
+            dropped_total: buffer.total_drops(),
+        }
     }
 
     /// Flush what is buffered (one attempt) and stop.

@@ -90,6 +90,8 @@ fn config(port: u16, control_plane: u16) -> AgentConfig {
         system: "report".into(),
         bind: format!("127.0.0.1:{port}").parse().unwrap(),
         advertised_host: None,
+        management_bind: "127.0.0.1:0".parse().unwrap(),
+        drain_delay_ms: 0,
         seeds: vec![format!("troupe://report@127.0.0.1:{port}").parse().unwrap()],
         roles: vec![],
         secret: "reporting test secret, long enough".into(),

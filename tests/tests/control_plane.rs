@@ -85,6 +85,9 @@ fn agent_args(port: u16, seed: u16, control_plane: &str) -> Vec<String> {
         "--report-interval-ms",
         "100",
         "--events-json",
+        // Three agents share this machine: each gets a free management port.
+        "--management-bind",
+        "127.0.0.1:0",
     ]
     .iter()
     .map(|s| (*s).to_owned())
