@@ -90,3 +90,36 @@ fn a_port_in_use_is_refused_before_anything_starts() {
         stderr(&output)
     );
 }
+
+#[test]
+fn a_child_that_dies_at_startup_fails_the_launch_with_its_log_and_exit_code() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let dir = std::env::temp_dir().join(format!("troupe-dev-dies-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // A server that cannot start: it says why on stderr and exits 3.
+    let server = dir.join("troupe-server");
+    std::fs::write(
+        &server,
+        "#!/bin/sh\necho \"cannot open the store: disk full\" >&2\nexit 3\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&server, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(dir.join("troupe-agent"), "").unwrap();
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let path = dir.to_str().unwrap();
+    let output = troupe_dev(&["--port", &port, "--data-dir", path, "--bin-dir", path]);
+    let _ = std::fs::remove_dir_all(&dir);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("cannot open the store: disk full")
+            && stdout.contains("server exited during startup (exit code 3)"),
+        "the log's last lines and the exit code are shown: {stdout}"
+    );
+}
