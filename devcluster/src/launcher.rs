@@ -514,7 +514,13 @@ pub async fn run(config: &Config) -> Result<i32, LaunchError> {
                             ));
                         }
                     }
-                    let want = plan.agent_ports.len();
+                    // Only these agents count: with --keep-data, members of an earlier run may
+                    // still be listed.
+                    let ours: Vec<String> = plan
+                        .agent_ports
+                        .iter()
+                        .map(|port| format!("127.0.0.1:{port}"))
+                        .collect();
                     poll_until(
                         format!(
                             "{}/api/v1/clusters/{}/members",
@@ -523,7 +529,13 @@ pub async fn run(config: &Config) -> Result<i32, LaunchError> {
                         ),
                         move |body| {
                             body["members"].as_array().is_some_and(|members| {
-                                members.iter().filter(|m| m["status"] == "up").count() >= want
+                                let up = members.iter().filter(|m| {
+                                    m["status"] == "up"
+                                        && m["node"]
+                                            .as_str()
+                                            .is_some_and(|n| ours.iter().any(|o| o == n))
+                                });
+                                up.count() == ours.len()
                             })
                         },
                         Event::ClusterUp,
