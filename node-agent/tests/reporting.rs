@@ -67,6 +67,8 @@ fn serve(port: u16, received: Arc<Received>) -> actix_web::dev::ServerHandle {
                     .route("/api/v1/ingest", web::post().to(ingest))
             })
             .workers(1)
+            // The agent keeps its connection alive; do not wait the default 30 s for it on stop.
+            .shutdown_timeout(1)
             .bind(("127.0.0.1", port))
             .expect("bind the stand-in")
             .run();
