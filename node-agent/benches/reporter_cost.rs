@@ -197,6 +197,7 @@ async fn run(options: &Options, control_plane: Option<&String>) -> Row {
         node_name: None,
         // The agent's default.
         report_interval_ms: 500,
+        demo: false,
     })
     .await
     .expect("agent starts");

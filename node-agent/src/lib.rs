@@ -1,7 +1,10 @@
 //! The Troupe node agent: the host process an application pod runs around the runtime — it
 //! binds the transport, joins the cluster, reports what happens, and leaves cleanly on SIGTERM.
 //! It serves probes and Prometheus metrics on its management listener (`management.rs`).
+//! With `--demo` it also runs the demo workload (`demo.rs`): a singleton job scheduler, compute
+//! workers behind a cluster router, and the occasional dead letter.
 
+pub mod demo;
 pub mod health;
 pub mod management;
 pub mod metrics;
@@ -79,6 +82,11 @@ pub struct AgentConfig {
     /// Milliseconds between report batches.
     #[arg(long, env = "TROUPE_REPORT_INTERVAL_MS", default_value_t = 500)]
     pub report_interval_ms: u64,
+    /// Run the demo workload: a singleton job scheduler sending jobs through a cluster router
+    /// to a compute worker on every node, with an occasional dead letter. Start it on every
+    /// node of the cluster.
+    #[arg(long, env = "TROUPE_DEMO", default_value_t = false)]
+    pub demo: bool,
 }
 
 /// Why the agent could not start.
@@ -107,6 +115,9 @@ pub enum AgentError {
         /// Why binding failed.
         error: std::io::Error,
     },
+    /// The demo workload could not start.
+    #[error(transparent)]
+    Demo(#[from] demo::DemoError),
 }
 
 /// A running node.
@@ -119,6 +130,7 @@ pub struct Agent {
     metrics: Arc<metrics::AgentMetrics>,
     management: management::ManagementServer,
     drain_delay: Duration,
+    demo: Option<demo::Demo>,
 }
 
 fn member_json(member: &Member) -> serde_json::Value {
@@ -254,6 +266,12 @@ impl Agent {
                 .await;
             joined.joined();
         });
+        // After the reporter, so that it sees the demo router and singleton start.
+        let demo = config.demo.then(|| demo::start(&cluster)).transpose()?;
+        if demo.is_some() {
+            // The demo worker's depth on /metrics, as this node's routee of the demo router.
+            metrics.watch_depth(demo::WORKER_PATH, Some(demo::ROUTER_PATH));
+        }
         tracing::info!(
             node = %cluster.self_node(),
             management = %format!("http://{}", management.local_addr()),
@@ -267,6 +285,7 @@ impl Agent {
             metrics,
             management,
             drain_delay: Duration::from_millis(config.drain_delay_ms),
+            demo,
         })
     }
 
@@ -301,6 +320,12 @@ impl Agent {
         if let Some(reporter) = &self.reporter {
             reporter.watch_depth(path);
         }
+    }
+
+    /// The demo workload, when started with `--demo`.
+    #[must_use]
+    pub fn demo(&self) -> Option<&demo::Demo> {
+        self.demo.as_ref()
     }
 
     /// The cluster handle.

@@ -105,6 +105,7 @@ fn config(port: u16, seed: u16, control_plane: Option<&str>) -> AgentConfig {
         ingest_token: "test-token".into(),
         node_name: None,
         report_interval_ms: 50,
+        demo: false,
     }
 }
 

@@ -101,6 +101,7 @@ fn config(port: u16, control_plane: u16) -> AgentConfig {
         ingest_token: "test-token".into(),
         node_name: Some("machine-1".into()),
         report_interval_ms: 50,
+        demo: false,
     }
 }
 
