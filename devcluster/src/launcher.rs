@@ -83,6 +83,8 @@ pub struct Plan {
     pub port: u16,
     /// Each agent's cluster port on 127.0.0.1; the first is the seed.
     pub agent_ports: Vec<u16>,
+    /// Each agent's management listener (probes, `/metrics`), in agent order.
+    pub management_ports: Vec<u16>,
     /// The cluster's name.
     pub cluster: String,
     /// The SQLite file.
@@ -149,6 +151,9 @@ impl Plan {
         let agent_ports = (0..config.agents)
             .map(|_| free_port())
             .collect::<Result<Vec<_>, _>>()?;
+        let management_ports = (0..config.agents)
+            .map(|_| free_port())
+            .collect::<Result<Vec<_>, _>>()?;
         let logs = config.data_dir.join("logs");
         std::fs::create_dir_all(&logs).map_err(io(format!("creating {}", logs.display())))?;
         let sqlite = config.data_dir.join("control-plane.sqlite");
@@ -168,6 +173,7 @@ impl Plan {
             agent_bin,
             port,
             agent_ports,
+            management_ports,
             cluster: config.cluster.clone(),
             sqlite,
             logs,
@@ -225,6 +231,8 @@ impl Plan {
                     .arg(self.base_url())
                     .arg("--node-name")
                     .arg(child.to_string())
+                    .arg("--management-bind")
+                    .arg(format!("127.0.0.1:{}", self.management_ports[n - 1]))
                     .env("TROUPE_CLUSTER_SECRET", &self.secret);
                 if self.demo {
                     c.arg("--demo");
@@ -383,6 +391,10 @@ fn banner(plan: &Plan, children: &Children) -> String {
         lines.push(format!(
             "  {label:<12}{:<9}127.0.0.1:{port:<7}{pid}{seed}",
             child.to_string()
+        ));
+        lines.push(format!(
+            "  {:<12}{:<9}http://127.0.0.1:{}/metrics, /_troupe/health",
+            "", "", plan.management_ports[n]
         ));
     }
     lines.push(format!(

@@ -200,7 +200,25 @@ impl Agent {
         };
         let cluster = Cluster::start(&system, transport, inbound_rx, settings, None)
             .map_err(|e| AgentError::Cluster(e.to_string()))?;
+        let management_url = match management_listener.local_addr() {
+            Ok(addr) => format!("http://{addr}"),
+            Err(error) => {
+                return Err(AgentError::Management {
+                    addr: config.management_bind,
+                    error,
+                });
+            }
+        };
         if config.events_json {
+            // The first line: where this agent's probes and metrics are (port 0 picks one).
+            println!(
+                "{}",
+                serde_json::json!({
+                    "event": "AgentStarted",
+                    "node": cluster.self_address().to_string(),
+                    "management": management_url,
+                })
+            );
             let mut events = cluster.subscribe();
             tokio::spawn(async move {
                 while let Some(notification) = events.recv().await {
@@ -272,11 +290,7 @@ impl Agent {
             // The demo worker's depth on /metrics, as this node's routee of the demo router.
             metrics.watch_depth(demo::WORKER_PATH, Some(demo::ROUTER_PATH));
         }
-        tracing::info!(
-            node = %cluster.self_node(),
-            management = %format!("http://{}", management.local_addr()),
-            "agent started"
-        );
+        tracing::info!(node = %cluster.self_node(), management = %management_url, "agent started");
         Ok(Self {
             system,
             cluster,
