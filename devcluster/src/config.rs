@@ -44,11 +44,11 @@ pub struct Config {
     #[arg(long)]
     pub bin_dir: Option<PathBuf>,
 
-    /// Seconds to wait for the server and every agent to be up before giving up.
-    #[arg(long, default_value_t = 60)]
+    /// Seconds to wait for the server and every agent to be up before giving up (1 to 3600).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub startup_timeout_secs: u64,
 
-    /// Seconds a child gets to exit after SIGTERM before it is killed.
-    #[arg(long, default_value_t = 20)]
+    /// Seconds a child gets to exit after SIGTERM before it is killed (1 to 600).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=600))]
     pub stop_grace_secs: u64,
 }

@@ -83,7 +83,7 @@ pub struct Plan {
     pub port: u16,
     /// Each agent's cluster port on 127.0.0.1; the first is the seed.
     pub agent_ports: Vec<u16>,
-    /// Each agent's management listener (probes, `/metrics`), in agent order.
+    /// Each agent's management port (health probes, `/metrics`) on 127.0.0.1.
     pub management_ports: Vec<u16>,
     /// The cluster's name.
     pub cluster: String,
@@ -222,6 +222,9 @@ impl Plan {
                     .arg(&self.cluster)
                     .arg("--bind")
                     .arg(format!("127.0.0.1:{port}"))
+                    // Several agents on one machine: each its own management port.
+                    .arg("--management-bind")
+                    .arg(format!("127.0.0.1:{}", self.management_ports[n - 1]))
                     .arg("--seed")
                     .arg(format!(
                         "troupe://{}@127.0.0.1:{}",
@@ -231,8 +234,6 @@ impl Plan {
                     .arg(self.base_url())
                     .arg("--node-name")
                     .arg(child.to_string())
-                    .arg("--management-bind")
-                    .arg(format!("127.0.0.1:{}", self.management_ports[n - 1]))
                     .env("TROUPE_CLUSTER_SECRET", &self.secret);
                 if self.demo {
                     c.arg("--demo");
@@ -242,6 +243,8 @@ impl Plan {
         };
         command
             .env("TROUPE_INGEST_TOKEN", &self.ingest_token)
+            // Plain text in the log files.
+            .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             // Ctrl-C in the terminal reaches the launcher only; it stops the children in order.
             .process_group(0)
@@ -387,14 +390,11 @@ fn banner(plan: &Plan, children: &Children) -> String {
             .pids
             .get(&child)
             .map_or_else(String::new, |p| format!("pid {}", p.as_raw_nonzero()));
-        let seed = if n == 0 { " (seed)" } else { "" };
+        let seed = if n == 0 { ", seed" } else { "" };
         lines.push(format!(
-            "  {label:<12}{:<9}127.0.0.1:{port:<7}{pid}{seed}",
-            child.to_string()
-        ));
-        lines.push(format!(
-            "  {:<12}{:<9}http://127.0.0.1:{}/metrics, /_troupe/health",
-            "", "", plan.management_ports[n]
+            "  {label:<12}{:<9}127.0.0.1:{port:<7}{pid:<11}metrics http://127.0.0.1:{}/metrics{seed}",
+            child.to_string(),
+            plan.management_ports[n]
         ));
     }
     lines.push(format!(
@@ -514,7 +514,13 @@ pub async fn run(config: &Config) -> Result<i32, LaunchError> {
                             ));
                         }
                     }
-                    let want = plan.agent_ports.len();
+                    // Only these agents count: with --keep-data, members of an earlier run may
+                    // still be listed.
+                    let ours: Vec<String> = plan
+                        .agent_ports
+                        .iter()
+                        .map(|port| format!("127.0.0.1:{port}"))
+                        .collect();
                     poll_until(
                         format!(
                             "{}/api/v1/clusters/{}/members",
@@ -523,7 +529,13 @@ pub async fn run(config: &Config) -> Result<i32, LaunchError> {
                         ),
                         move |body| {
                             body["members"].as_array().is_some_and(|members| {
-                                members.iter().filter(|m| m["status"] == "up").count() >= want
+                                let up = members.iter().filter(|m| {
+                                    m["status"] == "up"
+                                        && m["node"]
+                                            .as_str()
+                                            .is_some_and(|n| ours.iter().any(|o| o == n))
+                                });
+                                up.count() == ours.len()
                             })
                         },
                         Event::ClusterUp,

@@ -154,6 +154,25 @@ async fn the_dev_cluster_shows_the_demo_in_the_api_and_ctrl_c_stops_every_proces
         );
     }
 
+    // Each agent serves Prometheus metrics; the demo's worker depth is one series per router.
+    let metrics_url = printed
+        .split_whitespace()
+        .find(|word| word.ends_with("/metrics") && !word.contains(&format!(":{port}/")))
+        .expect("the banner names an agent's metrics URL")
+        .to_owned();
+    let metrics = client
+        .get(&metrics_url)
+        .send()
+        .await
+        .expect("scrape an agent")
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"troupe_agent_router_mailbox_depth{router="/user/compute-router"}"#),
+        "{metrics_url} exports the router's depth: {metrics}"
+    );
+
     let children = children_of(pid);
     assert_eq!(
         children.len(),

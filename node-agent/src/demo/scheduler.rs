@@ -36,8 +36,10 @@ pub struct SchedulerSettings {
     /// Jobs per burst for three workers; scaled by the number of up members, so each worker
     /// sees the same load however many nodes there are.
     pub jobs_per_tick: RangeInclusive<u32>,
-    /// Every this many ticks the burst is three times as large.
+    /// Every this many ticks the burst is `spike_factor` times as large (0: never).
     pub spike_every: u64,
+    /// How much larger a spike is than a normal burst.
+    pub spike_factor: u64,
     /// How long one job takes, milliseconds.
     pub work_ms: RangeInclusive<u64>,
     /// Every this many ticks, one job goes to the retired path (0: never).
@@ -45,14 +47,15 @@ pub struct SchedulerSettings {
 }
 
 impl Default for SchedulerSettings {
-    /// About 4 jobs of about 400 ms a second for three workers, a spike every 10 s, a dead
-    /// letter every 4 s: workers are busy about 60% of the time, and mailboxes fill after each
-    /// burst (most on spikes) and drain before the next.
+    /// About 4 jobs of about 400 ms a second for three workers (busy about half the time),
+    /// a spike of about 24 jobs every 15 s (mailboxes fill to about 8 and drain over a few
+    /// seconds), a dead letter every 4 s.
     fn default() -> Self {
         Self {
             tick: Duration::from_secs(1),
             jobs_per_tick: 1..=7,
-            spike_every: 10,
+            spike_every: 15,
+            spike_factor: 6,
             work_ms: 100..=700,
             dead_letter_every: 4,
         }
@@ -83,7 +86,7 @@ pub fn plan(
         (per_three * workers as u64).div_ceil(3)
     };
     if settings.spike_every > 0 && tick % settings.spike_every == 0 {
-        count *= 3;
+        count *= settings.spike_factor;
     }
     TickPlan {
         jobs: (0..count)
@@ -209,7 +212,7 @@ mod tests {
         ) {
             let settings = SchedulerSettings::default();
             let plan = plan(tick, workers, &settings, &mut rand::rngs::StdRng::seed_from_u64(seed));
-            let spike = if tick % 10 == 0 { 3 } else { 1 };
+            let spike = if tick % 15 == 0 { 6 } else { 1 };
             let scaled = |n: u32| (u64::from(n) * workers as u64).div_ceil(3) * spike;
             prop_assert!(plan.jobs.len() as u64 >= scaled(*settings.jobs_per_tick.start()));
             prop_assert!(plan.jobs.len() as u64 <= scaled(*settings.jobs_per_tick.end()));

@@ -455,4 +455,54 @@ mod tests {
         };
         assert!(events.router(&dead, 3).is_none());
     }
+
+    #[test]
+    fn a_full_buffer_keeps_singleton_and_router_events_over_depth_samples() {
+        use crate::reporter::buffer::{BufferLimits, ReportBuffer};
+        use troupe_protocol::DepthTick;
+
+        let mut events = RuntimeEvents::new();
+        let mut buffer = ReportBuffer::new(BufferLimits {
+            items: 4,
+            batch_events: 100,
+        });
+        let sample = |n: u32| DepthSample {
+            path: "/user/worker".into(),
+            router: Some("/user/compute-router".into()),
+            depth: n,
+        };
+        buffer.push_depth_tick(DepthTick {
+            at_ms: 0,
+            samples: vec![sample(1), sample(2)],
+        });
+        buffer.push_depth_tick(DepthTick {
+            at_ms: 1,
+            samples: vec![sample(3)],
+        });
+        let started = SingletonEvent::InstanceStarted {
+            type_name: name(),
+            node: address(1),
+        };
+        let changed = ClusterRouterEvent::RouteeSetChanged {
+            router: troupe::ActorPath::remote(&address(1), "/user/compute-router"),
+            strategy: troupe::routing::RoutingStrategy::RoundRobin,
+            routee_path: "/user/worker".into(),
+            routees: vec![address(1)],
+            added: vec![address(1)],
+            removed: vec![],
+        };
+        buffer.push_event(events.singleton(&started, 2).unwrap());
+        buffer.push_event(events.router(&changed, 3).unwrap());
+        let batch = buffer.next_batch().unwrap();
+        let kinds: Vec<_> = batch.events.iter().map(|e| e.body.kind()).collect();
+        assert_eq!(
+            kinds,
+            [
+                troupe_protocol::EventKind::SingletonStarted,
+                troupe_protocol::EventKind::RouteesChanged
+            ]
+        );
+        assert_eq!(batch.dropped.depth_samples, 2, "the oldest tick made room");
+        assert_eq!(batch.dropped.singleton + batch.dropped.router, 0);
+    }
 }
