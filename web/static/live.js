@@ -1,0 +1,98 @@
+// Keeps a dashboard page current: subscribes to the control plane's event stream and, on each
+// event of the page's cluster, re-fetches the page and swaps in its live sections. Falls back
+// to polling while the stream is down, and says which it is doing in the header.
+//
+// Safety: this script never turns data into markup. It reads only data- attributes and sets
+// only textContent; fresh sections come from the server's own escaped HTML, parsed by
+// DOMParser (which runs no scripts) and moved into the page as nodes.
+(function () {
+  'use strict';
+  var body = document.body;
+  var indicator = document.getElementById('live');
+  if (!indicator) { return; }
+  var cluster = body.getAttribute('data-cluster') || '';
+  var kinds = (body.getAttribute('data-event-kinds') || '').split(',').filter(Boolean);
+  var POLL_MS = 5000;
+  var REFRESH_MS = 15000;
+  var source = null;
+  var pollTimer = null;
+  var queued = null;
+  var inflight = false;
+  var again = false;
+
+  function show(state, text) {
+    indicator.setAttribute('data-state', state);
+    indicator.textContent = text;
+  }
+
+  function swap(text) {
+    var doc = new DOMParser().parseFromString(text, 'text/html');
+    var live = document.querySelectorAll('[data-live]');
+    for (var i = 0; i < live.length; i++) {
+      var fresh = doc.getElementById(live[i].id);
+      if (fresh) { live[i].replaceWith(document.adoptNode(fresh)); }
+    }
+    body.setAttribute('data-refreshed', String(Date.now()));
+  }
+
+  function refresh() {
+    if (inflight) { again = true; return; }
+    inflight = true;
+    fetch(window.location.href, { cache: 'no-store', credentials: 'same-origin',
+                                  headers: { 'Accept': 'text/html' } })
+      .then(function (r) {
+        if (!r.ok) { throw new Error('status ' + r.status); }
+        return r.text();
+      })
+      .then(swap)
+      .catch(function () { if (!source || source.readyState !== 1) { show('down', 'offline'); } })
+      .then(function () {
+        inflight = false;
+        if (again) { again = false; soon(); }
+      });
+  }
+
+  function soon() {
+    if (queued !== null) { return; }
+    queued = setTimeout(function () { queued = null; refresh(); }, 50);
+  }
+
+  function startPolling() {
+    show('polling', 'polling every ' + POLL_MS / 1000 + ' s');
+    if (pollTimer === null) { pollTimer = setInterval(refresh, POLL_MS); }
+  }
+
+  function stopPolling() {
+    if (pollTimer !== null) { clearInterval(pollTimer); pollTimer = null; }
+  }
+
+  function onEvent(e) {
+    try {
+      var data = JSON.parse(e.data);
+      if (cluster && data.cluster !== cluster) { return; }
+    } catch (err) { return; }
+    soon();
+  }
+
+  function connect() {
+    if (typeof window.EventSource !== 'function') { startPolling(); return; }
+    var url = '/api/v1/events/stream' + (cluster ? '?cluster=' + encodeURIComponent(cluster) : '');
+    source = new EventSource(url);
+    source.addEventListener('open', function () {
+      stopPolling();
+      show('live', 'live');
+      // Anything stored while the stream was down.
+      soon();
+    });
+    source.addEventListener('error', function () {
+      // The browser retries by itself (the server asks for 3 s); poll meanwhile.
+      startPolling();
+      if (source.readyState === 2) { setTimeout(connect, POLL_MS); }
+    });
+    for (var i = 0; i < kinds.length; i++) { source.addEventListener(kinds[i], onEvent); }
+  }
+
+  show('connecting', 'connecting…');
+  connect();
+  setInterval(refresh, REFRESH_MS);
+})();
