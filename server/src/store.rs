@@ -570,6 +570,46 @@ impl Store {
             .await?))
     }
 
+    /// A cluster's depth ticks in `[since_ms, until_ms)`, newest first, at most `limit`; only
+    /// those of agent `node` when given.
+    pub async fn depth_ticks_newest(
+        &self,
+        cluster_id: i64,
+        node: Option<&str>,
+        since_ms: i64,
+        until_ms: i64,
+        limit: i64,
+    ) -> Result<Vec<DepthTickRow>, StoreError> {
+        Ok(with_pool!(self, |pool| sqlx::query_as(
+            sql::DEPTH_TICKS_NEWEST
+        )
+        .bind(cluster_id)
+        .bind(since_ms)
+        .bind(until_ms)
+        .bind(node.unwrap_or(""))
+        .bind(limit)
+        .fetch_all(pool)
+        .await?))
+    }
+
+    /// How many events (dead letters apart) a cluster stored from `since_ms` on, counting at
+    /// most `cap`.
+    pub async fn count_events_since(
+        &self,
+        cluster_id: i64,
+        since_ms: i64,
+        cap: i64,
+    ) -> Result<i64, StoreError> {
+        Ok(with_pool!(self, |pool| sqlx::query_scalar(
+            sql::COUNT_EVENTS_SINCE
+        )
+        .bind(cluster_id)
+        .bind(since_ms)
+        .bind(cap)
+        .fetch_one(pool)
+        .await?))
+    }
+
     /// Queues a member operation for the agents of a cluster; returns its id.
     pub async fn request_operation(
         &self,

@@ -176,6 +176,19 @@ FROM depth_ticks t JOIN agents a ON a.id = t.agent_id
 WHERE t.cluster_id = $1 AND t.at_ms >= $2 AND t.at_ms < $3
 ORDER BY t.at_ms LIMIT $4";
 
+/// The newest ticks first, for "now" views and charts that must show the latest samples
+/// whatever the limit cuts.
+pub(crate) const DEPTH_TICKS_NEWEST: &str = "\
+SELECT t.at_ms, a.node, t.samples
+FROM depth_ticks t JOIN agents a ON a.id = t.agent_id
+WHERE t.cluster_id = $1 AND t.at_ms >= $2 AND t.at_ms < $3 AND ($4 = '' OR a.node = $4)
+ORDER BY t.at_ms DESC LIMIT $5";
+
+/// Counts at most `$3` rows (one range of the time index), so the count of a busy hour stays
+/// cheap: the dashboard shows `≥ cap` then.
+pub(crate) const COUNT_EVENTS_SINCE: &str = "\
+SELECT COUNT(*) FROM (SELECT 1 FROM events WHERE cluster_id = $1 AND at_ms >= $2 LIMIT $3) AS e";
+
 pub(crate) const INSERT_OPERATION: &str = "\
 INSERT INTO member_operations (cluster_id, address, operation, requested_ms)
 VALUES ($1, $2, $3, $4) RETURNING id";
