@@ -49,48 +49,64 @@ fn started(singleton: &str, host: &str) -> EventBody {
     })
 }
 
-/// Ten minutes of a three-node cluster's recorded history.
+/// Fifty minutes of a cluster's recorded history: two long-lived members (one leads), a third
+/// that joins, becomes unreachable for a while and leaves, a singleton, a router with mailbox
+/// depth samples, and dead letters in bursts.
 fn history(t: i64) -> Vec<ReportBatch> {
-    let (a, b) = ("10.0.0.1:2552", "10.0.0.2:2552");
+    let (a, b, e) = ("10.0.0.1:2552", "10.0.0.2:2552", "10.0.0.5:2552");
+    let ago = |minutes: f64| t - (minutes * 60_000.0) as i64;
+    let health = |health| {
+        EventBody::AgentHealthChanged(HealthChange {
+            health,
+            reason: None,
+        })
+    };
+    let unreachable = |address: &str, observer: &str| {
+        EventBody::MemberUnreachable(troupe_protocol::MemberChange {
+            observers: vec![observer.to_owned()],
+            ..hostile::member(address, MemberStatus::Up, &["worker"])
+        })
+    };
     let mut first = BatchBuilder::new("prod", a, 1)
         .sent_at(t)
         .member(
-            t - 600_000,
+            ago(50.0),
             EventBody::MemberJoined,
             a,
             MemberStatus::Joining,
             &["worker"],
         )
         .member(
-            t - 590_000,
+            ago(49.5),
             EventBody::MemberUp,
             a,
             MemberStatus::Up,
             &["worker"],
         )
         .event(
-            t - 589_000,
+            ago(49.5),
             EventBody::LeaderChanged(LeaderChange {
                 leader: Some(a.to_owned()),
             }),
         )
+        .event(ago(49.4), health(AgentHealth::Ready))
         .member(
-            t - 500_000,
+            ago(42.0),
             EventBody::MemberJoined,
             b,
             MemberStatus::Joining,
             &["worker", "api"],
         )
         .member(
-            t - 495_000,
+            ago(41.5),
             EventBody::MemberUp,
             b,
             MemberStatus::Up,
             &["worker", "api"],
         )
-        .event(t - 480_000, started("billing", a))
+        .event(ago(41.0), started("billing", a))
         .event(
-            t - 470_000,
+            ago(40.0),
             EventBody::RouterStarted(RouterStarted {
                 router: "/user/orders".to_owned(),
                 strategy: RoutingStrategy::SmallestMailbox,
@@ -99,56 +115,83 @@ fn history(t: i64) -> Vec<ReportBatch> {
             }),
         )
         .event(
-            t - 469_000,
+            ago(39.9),
             EventBody::RouteesChanged(RouteesChange {
                 router: "/user/orders".to_owned(),
                 strategy: RoutingStrategy::SmallestMailbox,
                 routees: vec![a.to_owned(), b.to_owned()],
             }),
         )
+        .member(
+            ago(35.0),
+            EventBody::MemberJoined,
+            e,
+            MemberStatus::Joining,
+            &["batch"],
+        )
+        .member(
+            ago(34.5),
+            EventBody::MemberUp,
+            e,
+            MemberStatus::Up,
+            &["batch"],
+        )
+        .event(ago(28.0), unreachable(e, a))
         .event(
-            t - 460_000,
-            EventBody::AgentHealthChanged(HealthChange {
-                health: AgentHealth::Ready,
-                reason: None,
-            }),
+            ago(25.0),
+            EventBody::MemberReachable(hostile::member(e, MemberStatus::Up, &["batch"])),
+        )
+        .member(
+            ago(18.0),
+            EventBody::MemberLeft,
+            e,
+            MemberStatus::Leaving,
+            &["batch"],
+        )
+        .member(
+            ago(17.0),
+            EventBody::MemberExited,
+            e,
+            MemberStatus::Exiting,
+            &["batch"],
+        )
+        .member(
+            ago(16.5),
+            EventBody::MemberRemoved,
+            e,
+            MemberStatus::Removed,
+            &["batch"],
         )
         .dropped(DroppedCounts {
             depth_samples: 12,
             ..DroppedCounts::default()
         });
-    for i in 0..40 {
-        first = first.dead_letter(
-            t - 590_000 + i * 14_000,
-            "/user/payments",
-            "PaymentRequested",
-        );
-    }
     for i in 0..60 {
-        let depth = (20.0 + 18.0 * ((i as f64) / 6.0).sin()) as u32;
+        // Bursts around 30 and 10 minutes ago.
+        let minutes = if i < 35 {
+            31.0 - f64::from(i) * 0.06
+        } else {
+            11.0 - f64::from(i - 35) * 0.1
+        };
+        first = first.dead_letter(ago(minutes), "/user/payments", "PaymentRequested");
+    }
+    for i in 0..100 {
+        let depth = (20.0 + 18.0 * (f64::from(i) / 6.0).sin()) as u32;
         first = first.depth_tick(
-            t - 595_000 + i * 10_000,
+            ago(49.0) + i64::from(i) * 29_000,
             &[
                 ("/user/order-worker", Some("/user/orders"), depth),
                 ("/user/audit", None, depth / 3),
             ],
         );
     }
-    let mut second = BatchBuilder::new("prod", b, 1).sent_at(t).event(
-        t - 494_000,
-        EventBody::AgentHealthChanged(HealthChange {
-            health: AgentHealth::Ready,
-            reason: None,
-        }),
-    );
-    for i in 0..60 {
+    let mut second = BatchBuilder::new("prod", b, 1)
+        .sent_at(t)
+        .event(ago(41.4), health(AgentHealth::Ready));
+    for i in 0..80 {
         second = second.depth_tick(
-            t - 590_000 + i * 10_000,
-            &[(
-                "/user/order-worker",
-                Some("/user/orders"),
-                (i % 12) as u32 * 3,
-            )],
+            ago(39.5) + i64::from(i) * 29_000,
+            &[("/user/order-worker", Some("/user/orders"), (i % 12) * 3)],
         );
     }
     vec![first.build(), second.build()]
@@ -268,7 +311,7 @@ async fn dashboard_shows_live_changes_and_renders_xss_payloads_inert_in_chromium
     .unwrap();
 
     let artifacts = artifacts();
-    let xss_nodes: Vec<&String> = payloads.iter().step_by(4).collect();
+    let xss_nodes: Vec<&String> = payloads.iter().step_by(8).collect();
     let run = tokio::process::Command::new("node")
         .arg(e2e.join("dashboard.mjs"))
         .current_dir(&e2e)

@@ -17,7 +17,9 @@ const xssCluster = process.env.TROUPE_XSS_CLUSTER;
 const xssNodes = JSON.parse(process.env.TROUPE_XSS_NODES || '[]');
 const LIVE_BUDGET_MS = 1000;
 
-const results = { latency_ms: {}, screenshots: [], checks: [] };
+const results = { latency_ms: {}, phase_ms: {}, screenshots: [], checks: [] };
+const t0 = Date.now();
+const phase = (name) => { results.phase_ms[name] = Date.now() - t0; };
 const problems = [];
 const check = (ok, what) => { results.checks.push(what); if (!ok) { problems.push(what); } };
 
@@ -33,9 +35,9 @@ async function post(name) {
   return started;
 }
 
-async function shot(page, name) {
+async function shot(page, name, fullPage = true) {
   const path = join(artifacts, name + '.png');
-  await page.screenshot({ path, fullPage: true });
+  await page.screenshot({ path, fullPage });
   results.screenshots.push(path);
 }
 
@@ -72,6 +74,7 @@ try {
   page.on('console', (m) => {
     if (/Content Security Policy/i.test(m.text())) { cspViolations.push(m.text()); }
   });
+  phase('browser started');
   const q = '?cluster=prod';
 
   // Overview: a member row appears live when a node joins.
@@ -117,6 +120,7 @@ try {
   await waitLive(page);
   await shot(page, 'node');
 
+  phase('pages checked');
   // Polling fallback when the stream is unavailable.
   const fallback = await context.newPage();
   await fallback.route('**/api/v1/events/stream**', (route) => route.abort());
@@ -129,20 +133,24 @@ try {
   await shot(fallback, 'overview-polling');
   await fallback.close();
 
+  phase('polling checked');
   // XSS: every page of the hostile cluster, and node pages of hostile nodes.
   const x = '?cluster=' + encodeURIComponent(xssCluster);
   const hostile = ['/ui/', '/ui/timeline', '/ui/singletons', '/ui/routers', '/ui/dead-letters']
     .map((p) => base + p + x)
     .concat(xssNodes.map((n) => base + '/ui/node' + x + '&node=' + encodeURIComponent(n)))
-    .concat(xssNodes.slice(0, 5).map((n) => base + '/ui/dead-letters' + x + '&q=' + encodeURIComponent(n)));
+    .concat(xssNodes.slice(0, 3).map((n) => base + '/ui/dead-letters' + x + '&q=' + encodeURIComponent(n)));
   for (const [i, url] of hostile.entries()) {
+    const pageStarted = Date.now();
     await page.goto(url);
+    results.phase_ms['xss page ' + i] = Date.now() - pageStarted;
     await page.waitForLoadState('load');
     await page.waitForTimeout(150);
     const flagged = await page.evaluate(() => window.__xss);
     check(flagged === undefined, `no payload ran on ${url}`);
-    if (i < 5) { await shot(page, 'xss-' + ['overview', 'timeline', 'singletons', 'routers', 'dead-letters'][i]); }
+    if (i < 5) { await shot(page, 'xss-' + ['overview', 'timeline', 'singletons', 'routers', 'dead-letters'][i], false); }
   }
+  phase('xss checked');
   check(dialogs.length === 0, `no dialog opened (${dialogs.length}: ${dialogs.slice(0, 3).join(' | ')})`);
   check(cspViolations.length === 0, `no CSP violation (${cspViolations.slice(0, 3).join(' | ')})`);
   check(pageErrors.length === 0, `no script error (${pageErrors.slice(0, 3).join(' | ')})`);

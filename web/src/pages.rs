@@ -216,6 +216,8 @@ pub struct MemberView {
 pub struct ClusterView {
     /// Its name.
     pub name: String,
+    /// Its overview (the cluster first, with its members).
+    pub overview_href: String,
     /// Its timeline.
     pub timeline_href: String,
     /// Its dead letters.
@@ -246,7 +248,7 @@ pub struct ClusterView {
     pub any_dropped: bool,
 }
 
-/// Clusters and their members.
+/// Clusters and their members: the first in full, the others one line each.
 #[derive(Debug, Template)]
 #[template(path = "overview.html")]
 pub struct OverviewPage {

@@ -114,6 +114,7 @@ async fn cluster_view(
         .collect();
     Ok(ClusterView {
         name: cluster.name.clone(),
+        overview_href: href(Section::Overview.path(), &[("cluster", &cluster.name)]),
         timeline_href: href(Section::Timeline.path(), &[("cluster", &cluster.name)]),
         dead_letters_href: href(Section::DeadLetters.path(), &[("cluster", &cluster.name)]),
         leader: cluster.leader.clone(),
