@@ -432,8 +432,8 @@ pub struct RoutersPage {
     pub deepest: Vec<MailboxView>,
     /// The charts' range, in words.
     pub range_label: String,
-    /// The charts read fewer samples than the range holds.
-    pub truncated: bool,
+    /// The charts read one in this many depth samples (1: every one).
+    pub sample_every: i64,
 }
 
 /// A dead letter row.

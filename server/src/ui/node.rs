@@ -1,23 +1,21 @@
 //! `GET /ui/node?node=…`: one node's member state, agent health and incarnations, reporter
 //! drops, mailbox depth, and the events it reported and that are about it.
 
-use std::collections::BTreeMap;
-
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
-use troupe_protocol::DepthSample;
 use troupe_web::chart::Chart;
 use troupe_web::format::{TimeText, age, count, href};
 use troupe_web::pages::{DropView, IncarnationView, NodePage, Section, health_class};
 
-use super::routers::{MAX_TICKS, RANGE_MS, deepest, series_points};
+use super::routers::{BUCKETS, RANGE_MS, Series, chart_ticks, deepest, series_by};
 use super::{Context, UiError, events, overview};
-use crate::api::routers::{DepthTarget, bucket};
 use crate::app::AppState;
-use crate::store::{DepthTickRow, EventFilter};
+use crate::store::EventFilter;
 
 /// Events per table.
 const EVENTS: i64 = 50;
+/// How far back the "reported by" table looks.
+const REPORTED_WINDOW_MS: i64 = 3_600_000;
 /// Actors charted.
 const CHARTED: usize = 5;
 
@@ -25,23 +23,6 @@ const CHARTED: usize = 5;
 struct NodeQuery {
     cluster: Option<String>,
     node: Option<String>,
-}
-
-/// The actors with the largest depth seen in `ticks`, deepest first.
-fn deepest_paths(ticks: &[DepthTickRow], n: usize) -> Vec<String> {
-    let mut peak: BTreeMap<String, u32> = BTreeMap::new();
-    for tick in ticks {
-        let Ok(samples) = serde_json::from_str::<Vec<DepthSample>>(&tick.samples) else {
-            continue;
-        };
-        for s in samples {
-            let entry = peak.entry(s.path).or_default();
-            *entry = (*entry).max(s.depth);
-        }
-    }
-    let mut paths: Vec<(String, u32)> = peak.into_iter().collect();
-    paths.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    paths.into_iter().take(n).map(|(p, _)| p).collect()
 }
 
 async fn build(state: &AppState, req: &HttpRequest) -> Result<NodePage, UiError> {
@@ -109,8 +90,10 @@ async fn build(state: &AppState, req: &HttpRequest) -> Result<NodePage, UiError>
     let reported = store
         .events(
             cluster.id,
+            // No index leads from a reporter to its events: the last hour bounds the scan.
             &EventFilter {
                 node: Some(node.clone()),
+                since_ms: Some(ctx.now_ms - REPORTED_WINDOW_MS),
                 limit: EVENTS,
                 ..EventFilter::default()
             },
@@ -128,20 +111,25 @@ async fn build(state: &AppState, req: &HttpRequest) -> Result<NodePage, UiError>
         .await?;
     let until_ms = ctx.now_ms + 1;
     let since_ms = until_ms - RANGE_MS;
-    let mut ticks = store
-        .depth_ticks_newest(cluster.id, Some(&node), since_ms, until_ms, MAX_TICKS)
-        .await?;
-    let mailboxes = deepest(&ctx, &ticks);
-    ticks.reverse();
-    let series = deepest_paths(&ticks, CHARTED)
+    let mailboxes = deepest(state, &ctx, cluster.id, Some(&node)).await?;
+    let (ticks, _) = chart_ticks(state, cluster.id, Some(&node), since_ms, until_ms).await?;
+    let by_path = series_by(&ticks, since_ms, RANGE_MS / BUCKETS, |s| {
+        Some(s.path.as_str())
+    });
+    // The actors whose mean depth peaked highest, deepest first.
+    let mut charted: Vec<(f64, Series)> = by_path
         .into_iter()
-        .filter_map(|path| {
-            let series = bucket(&ticks, DepthTarget::Path(&path), since_ms, RANGE_MS / 60);
-            series_points(series)
-                .into_iter()
-                .next()
-                .map(|(_, points)| (path, points))
+        .filter_map(|(path, mut nodes)| {
+            let (_, points) = nodes.pop()?;
+            let peak = points.iter().map(|(_, v)| *v).fold(0.0, f64::max);
+            Some((peak, (path, points)))
         })
+        .collect();
+    charted.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.0.cmp(&b.1.0)));
+    let series = charted
+        .into_iter()
+        .take(CHARTED)
+        .map(|(_, series)| series)
         .collect();
     Ok(NodePage {
         layout: ctx.layout(Section::Node, format!("Node {node}")),
