@@ -134,6 +134,12 @@ try {
   await fallback.close();
 
   phase('polling checked');
+  // The cluster switcher goes to the same page of the other cluster.
+  await page.goto(base + '/ui/routers' + q);
+  await page.selectOption('#cluster-switch', xssCluster);
+  await page.waitForURL((url) => url.pathname === '/ui/routers' && url.searchParams.get('cluster') === xssCluster);
+  check(true, 'the cluster switcher opens the same page of the chosen cluster');
+
   // XSS: every page of the hostile cluster, and node pages of hostile nodes.
   const x = '?cluster=' + encodeURIComponent(xssCluster);
   const hostile = ['/ui/', '/ui/timeline', '/ui/singletons', '/ui/routers', '/ui/dead-letters']

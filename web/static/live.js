@@ -14,7 +14,11 @@
   var kinds = (body.getAttribute('data-event-kinds') || '').split(',').filter(Boolean);
   var POLL_MS = 5000;
   var REFRESH_MS = 15000;
+  // At most about three refreshes a second however busy the cluster is.
+  var MIN_GAP_MS = 300;
+  var lastRefresh = 0;
   var source = null;
+  var opened = false;
   var pollTimer = null;
   var queued = null;
   var inflight = false;
@@ -36,8 +40,10 @@
   }
 
   function refresh() {
+    if (document.hidden) { again = true; return; }
     if (inflight) { again = true; return; }
     inflight = true;
+    lastRefresh = Date.now();
     fetch(window.location.href, { cache: 'no-store', credentials: 'same-origin',
                                   headers: { 'Accept': 'text/html' } })
       .then(function (r) {
@@ -54,7 +60,8 @@
 
   function soon() {
     if (queued !== null) { return; }
-    queued = setTimeout(function () { queued = null; refresh(); }, 50);
+    var wait = Math.max(30, lastRefresh + MIN_GAP_MS - Date.now());
+    queued = setTimeout(function () { queued = null; refresh(); }, wait);
   }
 
   function startPolling() {
@@ -81,8 +88,10 @@
     source.addEventListener('open', function () {
       stopPolling();
       show('live', 'live');
-      // Anything stored while the stream was down.
-      soon();
+      // Catch up on anything stored while the stream was down (or, on a page that took a
+      // while to connect, since it was rendered).
+      if (opened || performance.now() > 1000) { soon(); }
+      opened = true;
     });
     source.addEventListener('error', function () {
       // The browser retries by itself (the server asks for 3 s); poll meanwhile.
@@ -90,6 +99,17 @@
       if (source.readyState === 2) { setTimeout(connect, POLL_MS); }
     });
     for (var i = 0; i < kinds.length; i++) { source.addEventListener(kinds[i], onEvent); }
+  }
+
+  // Hidden tabs skip refreshes and catch up when shown again.
+  document.addEventListener('visibilitychange', function () {
+    if (!document.hidden && again) { again = false; soon(); }
+  });
+
+  // The cluster switcher submits on change.
+  var switcher = document.querySelector('select[data-autosubmit]');
+  if (switcher && switcher.form) {
+    switcher.addEventListener('change', function () { switcher.form.submit(); });
   }
 
   show('connecting', 'connecting…');
