@@ -193,10 +193,7 @@ fn secure(builder: &mut actix_web::HttpResponseBuilder) -> &mut actix_web::HttpR
 }
 
 /// Renders a page, or its error page.
-pub(crate) fn respond<T: Template>(
-    page: Result<T, UiError>,
-    requested_cluster: Option<&str>,
-) -> HttpResponse {
+pub(crate) fn respond<T: Template>(page: Result<T, UiError>) -> HttpResponse {
     let (status, body) = match page.and_then(|p| p.render().map_err(UiError::from)) {
         Ok(body) => (StatusCode::OK, body),
         Err(error) => {
@@ -204,13 +201,13 @@ pub(crate) fn respond<T: Template>(
             if status.is_server_error() {
                 tracing::error!(%error, "dashboard page failed");
             }
-            let names: Vec<String> = Vec::new();
+            // The error page links nowhere cluster-specific: the cluster may be the problem.
             let page = ErrorPage {
                 layout: Layout::new(
                     Section::Overview,
                     status.canonical_reason().unwrap_or("Error"),
-                    requested_cluster.unwrap_or(""),
-                    &names,
+                    "",
+                    &[],
                     crate::api::now_ms(),
                     event_kinds(),
                 ),

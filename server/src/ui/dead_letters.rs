@@ -145,7 +145,7 @@ async fn build(state: &AppState, req: &HttpRequest) -> Result<DeadLettersPage, U
 
 /// `GET /ui/dead-letters`.
 pub(crate) async fn page(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
-    super::respond(build(&state, &req).await, None)
+    super::respond(build(&state, &req).await)
 }
 
 #[cfg(test)]

@@ -150,5 +150,5 @@ async fn build(state: &AppState, req: &HttpRequest) -> Result<NodePage, UiError>
 
 /// `GET /ui/node`.
 pub(crate) async fn page(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
-    super::respond(build(&state, &req).await, None)
+    super::respond(build(&state, &req).await)
 }

@@ -158,5 +158,5 @@ async fn build(state: &AppState, req: &HttpRequest) -> Result<OverviewPage, UiEr
 
 /// `GET /ui/`.
 pub(crate) async fn page(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
-    super::respond(build(&state, &req).await, None)
+    super::respond(build(&state, &req).await)
 }

@@ -216,7 +216,7 @@ async fn build(state: &AppState, req: &HttpRequest) -> Result<RoutersPage, UiErr
 
 /// `GET /ui/routers`.
 pub(crate) async fn page(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
-    super::respond(build(&state, &req).await, None)
+    super::respond(build(&state, &req).await)
 }
 
 #[cfg(test)]

@@ -205,7 +205,7 @@ async fn build(state: &AppState, req: &HttpRequest) -> Result<SingletonsPage, Ui
 
 /// `GET /ui/singletons`.
 pub(crate) async fn page(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
-    super::respond(build(&state, &req).await, None)
+    super::respond(build(&state, &req).await)
 }
 
 #[cfg(test)]

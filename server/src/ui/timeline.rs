@@ -161,7 +161,7 @@ async fn build(state: &AppState, req: &HttpRequest) -> Result<TimelinePage, UiEr
 
 /// `GET /ui/timeline`.
 pub(crate) async fn page(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
-    super::respond(build(&state, &req).await, None)
+    super::respond(build(&state, &req).await)
 }
 
 #[cfg(test)]
