@@ -50,7 +50,12 @@
         if (!r.ok) { throw new Error('status ' + r.status); }
         return r.text();
       })
-      .then(swap)
+      .then(function (text) {
+        swap(text);
+        if (indicator.getAttribute('data-state') === 'down') {
+          if (source && source.readyState === 1) { show('live', 'live'); } else { startPolling(); }
+        }
+      })
       .catch(function () { if (!source || source.readyState !== 1) { show('down', 'offline'); } })
       .then(function () {
         inflight = false;
