@@ -53,7 +53,7 @@ fn main() {
     }
     println!();
     println!(
-        "| round | reporter | events in window | events/s | events whole run | received by server | CPU s in window | % of one core |"
+        "| round | reporter | events in window | events/s | events whole run | received by receiver | CPU s in window | % of one core |"
     );
     println!("|---|---|---|---|---|---|---|---|");
     for (round, reporting, row) in &rows {
@@ -83,7 +83,7 @@ fn main() {
         options.rate
     );
     println!(
-        "(received by server: events the receiver decoded and acknowledged during the run, the \
+        "(received by receiver: events the receiver decoded and acknowledged during the run, the \
          agent's own membership and health events included)"
     );
     receiver.stop();

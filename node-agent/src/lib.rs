@@ -1,7 +1,7 @@
 //! The Troupe node agent: the host process an application pod runs around the runtime — it
 //! binds the transport, joins the cluster, reports what happens, and leaves cleanly on SIGTERM.
-//! It serves probes and Prometheus metrics on its management listener (`management.rs`). With
-//! `--demo` it also runs the demo workload (`demo.rs`): a singleton job scheduler, compute
+//! It serves probes and Prometheus metrics on its management listener (`management.rs`).
+//! With `--demo` it also runs the demo workload (`demo.rs`): a singleton job scheduler, compute
 //! workers behind a cluster router, and the occasional dead letter.
 
 pub mod demo;
@@ -104,9 +104,6 @@ pub enum AgentError {
     /// The cluster could not start.
     #[error("cluster: {0}")]
     Cluster(String),
-    /// The demo workload could not start.
-    #[error(transparent)]
-    Demo(#[from] demo::DemoError),
     /// The management listener could not bind.
     #[error(
         "management listener on {addr}: {error}; choose another address with --management-bind \
@@ -118,6 +115,9 @@ pub enum AgentError {
         /// Why binding failed.
         error: std::io::Error,
     },
+    /// The demo workload could not start.
+    #[error(transparent)]
+    Demo(#[from] demo::DemoError),
 }
 
 /// A running node.
@@ -126,11 +126,11 @@ pub struct Agent {
     system: ActorSystem,
     cluster: Cluster,
     reporter: Option<reporter::ReporterHandle>,
-    demo: Option<demo::Demo>,
     health: health::Health,
     metrics: Arc<metrics::AgentMetrics>,
     management: management::ManagementServer,
     drain_delay: Duration,
+    demo: Option<demo::Demo>,
 }
 
 fn member_json(member: &Member) -> serde_json::Value {
@@ -200,7 +200,25 @@ impl Agent {
         };
         let cluster = Cluster::start(&system, transport, inbound_rx, settings, None)
             .map_err(|e| AgentError::Cluster(e.to_string()))?;
+        let management_url = match management_listener.local_addr() {
+            Ok(addr) => format!("http://{addr}"),
+            Err(error) => {
+                return Err(AgentError::Management {
+                    addr: config.management_bind,
+                    error,
+                });
+            }
+        };
         if config.events_json {
+            // The first line: where this agent's probes and metrics are (port 0 picks one).
+            println!(
+                "{}",
+                serde_json::json!({
+                    "event": "AgentStarted",
+                    "node": cluster.self_address().to_string(),
+                    "management": management_url,
+                })
+            );
             let mut events = cluster.subscribe();
             tokio::spawn(async move {
                 while let Some(notification) = events.recv().await {
@@ -269,23 +287,19 @@ impl Agent {
         // After the reporter, so that it sees the demo router and singleton start.
         let demo = config.demo.then(|| demo::start(&cluster)).transpose()?;
         if demo.is_some() {
-            // /metrics: the worker's depth in the router's series.
+            // The demo worker's depth on /metrics, as this node's routee of the demo router.
             metrics.watch_depth(demo::WORKER_PATH, Some(demo::ROUTER_PATH));
         }
-        tracing::info!(
-            node = %cluster.self_node(),
-            management = %format!("http://{}", management.local_addr()),
-            "agent started"
-        );
+        tracing::info!(node = %cluster.self_node(), management = %management_url, "agent started");
         Ok(Self {
             system,
             cluster,
             reporter,
-            demo,
             health,
             metrics,
             management,
             drain_delay: Duration::from_millis(config.drain_delay_ms),
+            demo,
         })
     }
 
@@ -293,12 +307,6 @@ impl Agent {
     #[must_use]
     pub fn reporter(&self) -> Option<&reporter::ReporterHandle> {
         self.reporter.as_ref()
-    }
-
-    /// The demo workload, when started with `--demo`.
-    #[must_use]
-    pub fn demo(&self) -> Option<&demo::Demo> {
-        self.demo.as_ref()
     }
 
     /// The health the probes report; membership providers fence through it.
@@ -326,6 +334,12 @@ impl Agent {
         if let Some(reporter) = &self.reporter {
             reporter.watch_depth(path);
         }
+    }
+
+    /// The demo workload, when started with `--demo`.
+    #[must_use]
+    pub fn demo(&self) -> Option<&demo::Demo> {
+        self.demo.as_ref()
     }
 
     /// The cluster handle.

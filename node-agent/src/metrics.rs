@@ -127,6 +127,8 @@ pub struct AgentMetrics {
     batches_failed: Counter,
     events_buffered: Counter,
     watches: Mutex<Vec<DepthWatch>>,
+    /// One scrape at a time: catching counters up from their sources is read-then-add.
+    scrape: Mutex<()>,
 }
 
 impl Default for AgentMetrics {
@@ -234,6 +236,7 @@ impl AgentMetrics {
             batches_failed,
             events_buffered,
             watches: Mutex::new(Vec::new()),
+            scrape: Mutex::new(()),
         }
     }
 
@@ -278,6 +281,7 @@ impl AgentMetrics {
         health: &Health,
         reporter: Option<&ReporterHandle>,
     ) -> String {
+        let _one_at_a_time = self.scrape.lock();
         self.observe_cluster(cluster);
         self.observe_depths(system);
         let current = health.state();

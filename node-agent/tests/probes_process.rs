@@ -2,6 +2,7 @@
 //! waits for its seed, ready once joined, live-but-not-ready (with `Connection: close`) while it
 //! drains after SIGTERM, then gone.
 
+use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -17,23 +18,40 @@ fn free_port() -> u16 {
 }
 
 /// A running agent, killed if the test fails first.
-struct AgentProcess(Child);
+struct AgentProcess(Child, String);
 
 impl AgentProcess {
     fn start(port: u16, seed: u16, management: u16) -> Self {
-        let child = Command::new(env!("CARGO_BIN_EXE_troupe-agent"))
+        let mut child = Command::new(env!("CARGO_BIN_EXE_troupe-agent"))
             .args(["--system", "probes", "--secret", SECRET])
             .args(["--bind", &format!("127.0.0.1:{port}")])
             .args(["--seed", &format!("troupe://probes@127.0.0.1:{seed}")])
             .args(["--management-bind", &format!("127.0.0.1:{management}")])
-            .args(["--drain-delay-ms", "2000"])
+            .args(["--drain-delay-ms", "2000", "--events-json"])
             .env_remove("TROUPE_CONTROL_PLANE_URL")
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .expect("start troupe-agent");
-        Self(child)
+        // The first line says where the management listener is.
+        let mut first = String::new();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        stdout.read_line(&mut first).unwrap();
+        // Keep reading the event lines so the agent never writes into a closed pipe.
+        std::thread::spawn(move || for _ in stdout.lines() {});
+        let line: serde_json::Value = serde_json::from_str(&first).unwrap();
+        assert_eq!(line["event"], "AgentStarted", "{first}");
+        let url = line["management"].as_str().unwrap().to_owned();
+        if management != 0 {
+            assert_eq!(url, format!("http://127.0.0.1:{management}"));
+        }
+        Self(child, url)
+    }
+
+    /// The management port it reported.
+    fn management_port(&self) -> u16 {
+        self.1.rsplit(':').next().unwrap().parse().unwrap()
     }
 }
 
@@ -92,8 +110,7 @@ async fn until(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probes_over_http_from_waiting_for_a_seed_to_sigterm_draining() {
     let client = reqwest::Client::new();
-    let (seed_port, port, management, seed_management) =
-        (free_port(), free_port(), free_port(), free_port());
+    let (seed_port, port, management) = (free_port(), free_port(), free_port());
     // Its seed is not up yet: the agent is started but not a member.
     let mut agent = AgentProcess::start(port, seed_port, management);
     let live = until(
@@ -116,10 +133,19 @@ async fn probes_over_http_from_waiting_for_a_seed_to_sigterm_draining() {
     assert!(!ready.closes, "keep-alive until shutdown begins");
 
     // The seed comes up; the agent joins and becomes ready.
-    let _seed = AgentProcess::start(seed_port, seed_port, seed_management);
+    let seed = AgentProcess::start(seed_port, seed_port, 0);
     until(&client, management, "/_troupe/health/ready", "ready", |a| {
         a.status == 200
     })
+    .await;
+    // The seed's management port was picked for it and printed on its first line.
+    until(
+        &client,
+        seed.management_port(),
+        "/_troupe/health/ready",
+        "seed ready",
+        |a| a.status == 200,
+    )
     .await;
     let live = probe(&client, management, "/_troupe/health").await.unwrap();
     assert_eq!(

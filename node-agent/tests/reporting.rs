@@ -158,6 +158,8 @@ async fn events_from_while_the_server_was_away_arrive_once_it_is_back_with_a_ret
         assert_eq!(batch.identity.meta.node.as_deref(), Some("machine-1"));
     }
     assert_eq!(received.unauthorized.load(Ordering::Relaxed), 0);
-    server.stop(true).await;
+    // The agent first: while it reports every 50 ms, the stand-in's graceful stop would wait
+    // out its 30 s shutdown timeout on the open keep-alive connection.
     agent.shutdown(Duration::from_secs(5)).await;
+    server.stop(true).await;
 }

@@ -179,6 +179,7 @@ impl App {
                         .exclude("/metrics"),
                 )
                 .configure(api::configure(app_state.clone()))
+                .configure(crate::ui::configure)
         })
         .disable_signals()
         .shutdown_timeout(shutdown_timeout);
@@ -223,6 +224,7 @@ impl App {
         tracing::info!(
             api = %format!("http://{local_addr}/api/v1"),
             docs = %format!("http://{local_addr}/api/v1/docs"),
+            dashboard = %format!("http://{local_addr}/ui/"),
             metrics = %format!("http://{local_addr}/metrics"),
             "troupe control plane listening"
         );

@@ -1,6 +1,6 @@
 //! The Troupe control-plane server: ingests agents' reports, keeps their history in
 //! PostgreSQL (or an embedded SQLite file), and serves the management API, a live event
-//! stream and Prometheus metrics.
+//! stream, Prometheus metrics and the web dashboard (`/ui/`).
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), troupe_server::AppError> {
@@ -19,6 +19,7 @@ pub mod otel;
 pub mod store;
 pub mod telemetry;
 pub mod testing;
+pub mod ui;
 
 pub use app::{App, AppError, AppState, ShutdownTrigger};
 pub use config::Config;

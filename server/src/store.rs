@@ -581,6 +581,71 @@ impl Store {
             .await?))
     }
 
+    /// How many depth ticks a cluster (or agent address `node`) stored in
+    /// `[since_ms, until_ms)`, counting at most `cap`.
+    pub async fn count_depth_ticks(
+        &self,
+        cluster_id: i64,
+        node: Option<&str>,
+        since_ms: i64,
+        until_ms: i64,
+        cap: i64,
+    ) -> Result<i64, StoreError> {
+        Ok(with_pool!(self, |pool| sqlx::query_scalar(
+            sql::COUNT_DEPTH_TICKS
+        )
+        .bind(cluster_id)
+        .bind(since_ms)
+        .bind(until_ms)
+        .bind(node.unwrap_or(""))
+        .bind(cap)
+        .fetch_one(pool)
+        .await?))
+    }
+
+    /// A cluster's (or agent address `node`'s) depth ticks in `[since_ms, until_ms)`, newest
+    /// first, at most `limit`, keeping only ticks taken in a second divisible by `every`
+    /// (1 keeps all): a chart of a busy hour reads a thinned, evenly spread sample.
+    pub async fn depth_ticks_thinned(
+        &self,
+        cluster_id: i64,
+        node: Option<&str>,
+        since_ms: i64,
+        until_ms: i64,
+        every: i64,
+        limit: i64,
+    ) -> Result<Vec<DepthTickRow>, StoreError> {
+        Ok(with_pool!(self, |pool| sqlx::query_as(
+            sql::DEPTH_TICKS_THINNED
+        )
+        .bind(cluster_id)
+        .bind(since_ms)
+        .bind(until_ms)
+        .bind(node.unwrap_or(""))
+        .bind(every.max(1))
+        .bind(limit)
+        .fetch_all(pool)
+        .await?))
+    }
+
+    /// How many events (dead letters apart) a cluster stored from `since_ms` on, counting at
+    /// most `cap`.
+    pub async fn count_events_since(
+        &self,
+        cluster_id: i64,
+        since_ms: i64,
+        cap: i64,
+    ) -> Result<i64, StoreError> {
+        Ok(with_pool!(self, |pool| sqlx::query_scalar(
+            sql::COUNT_EVENTS_SINCE
+        )
+        .bind(cluster_id)
+        .bind(since_ms)
+        .bind(cap)
+        .fetch_one(pool)
+        .await?))
+    }
+
     /// Queues a member operation for the agents of a cluster; returns its id.
     pub async fn request_operation(
         &self,

@@ -1,0 +1,269 @@
+//! `GET /ui/routers`: routers with their routees and strategy, routee mailbox depth over the
+//! last hour per node, and the deepest mailboxes now.
+
+use std::collections::{BTreeMap, HashSet};
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde::Deserialize;
+use troupe_protocol::DepthSample;
+use troupe_web::chart::Chart;
+use troupe_web::format::TimeText;
+use troupe_web::pages::{MailboxView, NodeLink, RouterView, RoutersPage, Section};
+
+use super::{Context, UiError};
+use crate::api::string_list;
+use crate::app::AppState;
+
+/// Routers shown at most.
+const MAX_ROUTERS: usize = 50;
+/// Depth ticks a chart reads at most: more in range, and the query keeps an evenly spread
+/// subset (see [`Store::depth_ticks_thinned`](crate::store::Store::depth_ticks_thinned)).
+const CHART_TICKS: i64 = 4_000;
+/// Ticks counted at most to decide how thin to read.
+const COUNT_CAP: i64 = 2_000_000;
+/// Ticks the "deepest now" table reads at most (the newest, from the last minute).
+const NOW_TICKS: i64 = 2_000;
+/// The charts' range.
+pub(crate) const RANGE_MS: i64 = 3_600_000;
+/// Buckets per chart.
+pub(crate) const BUCKETS: i64 = 60;
+/// Mailboxes in a "deepest now" table.
+pub(crate) const TOP_N: usize = 10;
+/// How old a node's latest sample may be to count as "now".
+const NOW_MS: i64 = 60_000;
+
+#[derive(Debug, Default, Deserialize)]
+struct RoutersQuery {
+    cluster: Option<String>,
+}
+
+/// A depth tick with its samples parsed.
+#[derive(Debug)]
+pub(crate) struct Tick {
+    at_ms: i64,
+    node: String,
+    samples: Vec<DepthSample>,
+}
+
+/// The depth ticks of the last hour for charts (of one node's agent when `node` is given),
+/// oldest first, at most about [`CHART_TICKS`], evenly thinned when the hour holds more; and
+/// the thinning (one in how many).
+pub(crate) async fn chart_ticks(
+    state: &AppState,
+    cluster_id: i64,
+    node: Option<&str>,
+    since_ms: i64,
+    until_ms: i64,
+) -> Result<(Vec<Tick>, i64), UiError> {
+    let stored = state
+        .store
+        .count_depth_ticks(cluster_id, node, since_ms, until_ms, COUNT_CAP)
+        .await?;
+    let every = ((stored + CHART_TICKS - 1) / CHART_TICKS).max(1);
+    let mut rows = state
+        .store
+        .depth_ticks_thinned(cluster_id, node, since_ms, until_ms, every, 2 * CHART_TICKS)
+        .await?;
+    rows.reverse();
+    let ticks = rows
+        .into_iter()
+        .filter_map(|row| {
+            Some(Tick {
+                samples: serde_json::from_str(&row.samples).ok()?,
+                at_ms: row.at_ms,
+                node: row.node,
+            })
+        })
+        .collect();
+    Ok((ticks, every))
+}
+
+/// A chart line: its label and `(at_ms, value)` points, oldest first.
+pub(crate) type Series = (String, Vec<(i64, f64)>);
+
+/// Per node, per bucket start: summed depth and ticks.
+type NodeBuckets<'a> = BTreeMap<&'a str, BTreeMap<i64, (u64, u64)>>;
+
+/// Mean summed depth per `(key, node)` and bucket, for keys `key` gives a sample (a router,
+/// an actor path): one pass over the ticks.
+pub(crate) fn series_by(
+    ticks: &[Tick],
+    since_ms: i64,
+    bucket_ms: i64,
+    key: impl Fn(&DepthSample) -> Option<&str>,
+) -> BTreeMap<String, Vec<Series>> {
+    let mut acc: BTreeMap<&str, NodeBuckets<'_>> = BTreeMap::new();
+    for tick in ticks {
+        let mut totals: BTreeMap<&str, u64> = BTreeMap::new();
+        for sample in &tick.samples {
+            if let Some(k) = key(sample) {
+                *totals.entry(k).or_default() += u64::from(sample.depth);
+            }
+        }
+        let start = since_ms + (tick.at_ms - since_ms).div_euclid(bucket_ms) * bucket_ms;
+        for (k, total) in totals {
+            let cell = acc
+                .entry(k)
+                .or_default()
+                .entry(tick.node.as_str())
+                .or_default()
+                .entry(start)
+                .or_default();
+            cell.0 += total;
+            cell.1 += 1;
+        }
+    }
+    acc.into_iter()
+        .map(|(k, nodes)| {
+            let series = nodes
+                .into_iter()
+                .map(|(node, buckets)| {
+                    let points = buckets
+                        .into_iter()
+                        .map(|(at, (sum, n))| (at, sum as f64 / n as f64))
+                        .collect();
+                    (node.to_owned(), points)
+                })
+                .collect();
+            (k.to_owned(), series)
+        })
+        .collect()
+}
+
+/// The deepest mailboxes in each node's newest tick of the last minute.
+pub(crate) async fn deepest(
+    state: &AppState,
+    ctx: &Context,
+    cluster_id: i64,
+    node: Option<&str>,
+) -> Result<Vec<MailboxView>, UiError> {
+    let newest_first = state
+        .store
+        .depth_ticks_thinned(
+            cluster_id,
+            node,
+            ctx.now_ms - NOW_MS,
+            ctx.now_ms + 1,
+            1,
+            NOW_TICKS,
+        )
+        .await?;
+    let mut seen = HashSet::new();
+    let mut mailboxes = Vec::new();
+    for tick in &newest_first {
+        if !seen.insert(tick.node.as_str()) {
+            continue;
+        }
+        let Ok(samples) = serde_json::from_str::<Vec<DepthSample>>(&tick.samples) else {
+            continue;
+        };
+        mailboxes.extend(samples.into_iter().map(|s| MailboxView {
+            path: s.path,
+            router: s.router.unwrap_or_default(),
+            node: tick.node.clone(),
+            node_href: ctx.node_href(&tick.node),
+            depth: s.depth,
+            at: TimeText::at(tick.at_ms),
+        }));
+    }
+    mailboxes.sort_by(|a, b| b.depth.cmp(&a.depth).then_with(|| a.path.cmp(&b.path)));
+    mailboxes.truncate(TOP_N);
+    Ok(mailboxes)
+}
+
+async fn build(state: &AppState, req: &HttpRequest) -> Result<RoutersPage, UiError> {
+    let query: RoutersQuery = super::query(req)?;
+    let ctx = Context::load(state, query.cluster.as_deref()).await?;
+    let mut page = RoutersPage {
+        layout: ctx.layout(Section::Routers, "Routers & mailboxes"),
+        routers: Vec::new(),
+        deepest: Vec::new(),
+        range_label: "last hour (mean per minute)".to_owned(),
+        sample_every: 1,
+    };
+    let Some(cluster) = &ctx.cluster else {
+        return Ok(page);
+    };
+    let until_ms = ctx.now_ms + 1;
+    let since_ms = until_ms - RANGE_MS;
+    page.deepest = deepest(state, &ctx, cluster.id, None).await?;
+    let (ticks, every) = chart_ticks(state, cluster.id, None, since_ms, until_ms).await?;
+    page.sample_every = every;
+    let mut series = series_by(&ticks, since_ms, RANGE_MS / BUCKETS, |s| {
+        s.router.as_deref()
+    });
+    let routers = state.store.routers(cluster.id).await?;
+    for row in routers.into_iter().take(MAX_ROUTERS) {
+        let lines = series.remove(&row.path).unwrap_or_default();
+        page.routers.push(RouterView {
+            chart: Chart::lines(since_ms, until_ms, "messages", lines),
+            strategy: row.strategy.clone(),
+            role: row.role.clone().unwrap_or_default(),
+            routee_path: row.routee_path.clone().unwrap_or_default(),
+            routees: string_list(&row.routees)
+                .into_iter()
+                .map(|address| NodeLink {
+                    href: ctx.node_href(&address),
+                    address,
+                })
+                .collect(),
+            updated: TimeText::at(row.updated_ms),
+            path: row.path,
+        });
+    }
+    Ok(page)
+}
+
+/// `GET /ui/routers`.
+pub(crate) async fn page(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
+    super::respond(build(&state, &req).await)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tick(at_ms: i64, node: &str, samples: &[(&str, Option<&str>, u32)]) -> Tick {
+        Tick {
+            at_ms,
+            node: node.to_owned(),
+            samples: samples
+                .iter()
+                .map(|(path, router, depth)| DepthSample {
+                    path: (*path).to_owned(),
+                    router: router.map(str::to_owned),
+                    depth: *depth,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn series_sum_a_routers_routees_per_tick_and_average_per_bucket_and_node() {
+        let ticks = [
+            tick(
+                0,
+                "n1",
+                &[
+                    ("/a", Some("/r"), 2),
+                    ("/b", Some("/r"), 3),
+                    ("/c", None, 9),
+                ],
+            ),
+            tick(500, "n1", &[("/a", Some("/r"), 1)]),
+            tick(1_000, "n1", &[("/a", Some("/r"), 4)]),
+            tick(0, "n2", &[("/a", Some("/r"), 6)]),
+        ];
+        let by_router = series_by(&ticks, 0, 1_000, |s| s.router.as_deref());
+        assert_eq!(by_router.len(), 1, "samples without a router are left out");
+        assert_eq!(
+            by_router["/r"],
+            [
+                ("n1".to_owned(), vec![(0, 3.0), (1_000, 4.0)]),
+                ("n2".to_owned(), vec![(0, 6.0)]),
+            ]
+        );
+        let by_path = series_by(&ticks, 0, 1_000, |s| Some(s.path.as_str()));
+        assert_eq!(by_path["/c"], [("n1".to_owned(), vec![(0, 9.0)])]);
+    }
+}
