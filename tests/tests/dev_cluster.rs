@@ -154,6 +154,26 @@ async fn the_dev_cluster_shows_the_demo_in_the_api_and_ctrl_c_stops_every_proces
         );
     }
 
+    // The dashboard's URL answers (`/` leads to the dashboard's pages).
+    let dashboard = client
+        .get(format!("http://127.0.0.1:{port}/"))
+        .send()
+        .await
+        .expect("open the dashboard");
+    assert!(
+        dashboard.status().is_success(),
+        "the dashboard answers: {}",
+        dashboard.status()
+    );
+    assert!(
+        dashboard
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/html")),
+        "the dashboard is a page"
+    );
+
     // Each agent serves Prometheus metrics; the demo's worker depth is one series per router.
     let metrics_url = printed
         .split_whitespace()
