@@ -1,11 +1,18 @@
 //! The Troupe node agent: the host process an application pod runs around the runtime — it
 //! binds the transport, joins the cluster, reports what happens, and leaves cleanly on SIGTERM.
-//! (Probes, control-plane reporting and demo workloads arrive with later issues.)
+//! It serves probes and Prometheus metrics on its management listener (`management.rs`).
+//! With `--demo` it also runs the demo workload (`demo.rs`): a singleton job scheduler, compute
+//! workers behind a cluster router, and the occasional dead letter.
 
+pub mod demo;
+pub mod health;
+pub mod management;
+pub mod metrics;
 pub mod reporter;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
@@ -31,6 +38,15 @@ pub struct AgentConfig {
     /// Host name or IP other nodes use to reach this one (default: the bind IP).
     #[arg(long, env = "TROUPE_ADVERTISED_HOST")]
     pub advertised_host: Option<String>,
+    /// Address of the management listener: health probes (`/_troupe/health`,
+    /// `/_troupe/health/ready`) and Prometheus `/metrics`. Internal only; in Kubernetes bind
+    /// `0.0.0.0:8558` so the kubelet can probe it. Port 0 picks a free port (logged at start).
+    #[arg(long, env = "TROUPE_MANAGEMENT_BIND", default_value = "127.0.0.1:8558")]
+    pub management_bind: SocketAddr,
+    /// On shutdown, stay live but not ready this many milliseconds before leaving the cluster,
+    /// so load balancers stop sending first (like a preStop sleep).
+    #[arg(long, env = "TROUPE_DRAIN_DELAY_MS", default_value_t = 0)]
+    pub drain_delay_ms: u64,
     /// Seed node addresses (`troupe://<system>@<host>:<port>`), comma-separated; the first
     /// may form a new cluster.
     #[arg(long = "seed", env = "TROUPE_SEEDS", value_delimiter = ',')]
@@ -66,6 +82,11 @@ pub struct AgentConfig {
     /// Milliseconds between report batches.
     #[arg(long, env = "TROUPE_REPORT_INTERVAL_MS", default_value_t = 500)]
     pub report_interval_ms: u64,
+    /// Run the demo workload: a singleton job scheduler sending jobs through a cluster router
+    /// to a compute worker on every node, with an occasional dead letter. Start it on every
+    /// node of the cluster.
+    #[arg(long, env = "TROUPE_DEMO", default_value_t = false)]
+    pub demo: bool,
 }
 
 /// Why the agent could not start.
@@ -83,6 +104,20 @@ pub enum AgentError {
     /// The cluster could not start.
     #[error("cluster: {0}")]
     Cluster(String),
+    /// The management listener could not bind.
+    #[error(
+        "management listener on {addr}: {error}; choose another address with --management-bind \
+         (TROUPE_MANAGEMENT_BIND), port 0 for any free port"
+    )]
+    Management {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// Why binding failed.
+        error: std::io::Error,
+    },
+    /// The demo workload could not start.
+    #[error(transparent)]
+    Demo(#[from] demo::DemoError),
 }
 
 /// A running node.
@@ -91,6 +126,11 @@ pub struct Agent {
     system: ActorSystem,
     cluster: Cluster,
     reporter: Option<reporter::ReporterHandle>,
+    health: health::Health,
+    metrics: Arc<metrics::AgentMetrics>,
+    management: management::ManagementServer,
+    drain_delay: Duration,
+    demo: Option<demo::Demo>,
 }
 
 fn member_json(member: &Member) -> serde_json::Value {
@@ -129,6 +169,14 @@ pub fn event_json(event: &ClusterEvent) -> serde_json::Value {
 impl Agent {
     /// Bind the transport and start joining the cluster.
     pub async fn start(config: AgentConfig) -> Result<Self, AgentError> {
+        // Bind the management listener first: a taken port fails the start before the node
+        // joins anything.
+        let management_listener = tokio::net::TcpListener::bind(config.management_bind)
+            .await
+            .map_err(|error| AgentError::Management {
+                addr: config.management_bind,
+                error,
+            })?;
         let system = ActorSystem::new(&config.system)?;
         let secret = ClusterSecret::new(config.secret.as_bytes())
             .map_err(|e| AgentError::Secret(e.to_string()))?;
@@ -152,7 +200,25 @@ impl Agent {
         };
         let cluster = Cluster::start(&system, transport, inbound_rx, settings, None)
             .map_err(|e| AgentError::Cluster(e.to_string()))?;
+        let management_url = match management_listener.local_addr() {
+            Ok(addr) => format!("http://{addr}"),
+            Err(error) => {
+                return Err(AgentError::Management {
+                    addr: config.management_bind,
+                    error,
+                });
+            }
+        };
         if config.events_json {
+            // The first line: where this agent's probes and metrics are (port 0 picks one).
+            println!(
+                "{}",
+                serde_json::json!({
+                    "event": "AgentStarted",
+                    "node": cluster.self_address().to_string(),
+                    "management": management_url,
+                })
+            );
             let mut events = cluster.subscribe();
             tokio::spawn(async move {
                 while let Some(notification) = events.recv().await {
@@ -176,26 +242,64 @@ impl Agent {
                 flush_interval: Duration::from_millis(config.report_interval_ms.max(10)),
                 ..reporter::ReporterSettings::default()
             };
-            let handle = reporter::start(&system, &cluster, shipper, settings);
-            handle.health(troupe_protocol::AgentHealth::Starting, None);
-            let ready = handle.clone();
-            let watched = cluster.clone();
-            tokio::spawn(async move {
-                watched
-                    .wait_for_view(|v| {
-                        v.self_member()
-                            .is_some_and(|m| m.status == troupe::cluster::MemberStatus::Up)
-                    })
-                    .await;
-                ready.health(troupe_protocol::AgentHealth::Ready, None);
-            });
-            handle
+            reporter::start(&system, &cluster, shipper, settings)
         });
-        tracing::info!(node = %cluster.self_node(), "agent started");
+        let health = health::Health::new();
+        if let Some(reporter) = &reporter {
+            // The reporter tells the control plane every change the probes see, in order.
+            reporter.health(troupe_protocol::AgentHealth::Starting, None);
+            let reporter = reporter.clone();
+            health.on_transition(move |transition| {
+                if let Some(reported) = transition.to.reported() {
+                    reporter.health(reported, transition.reason.clone());
+                }
+                true
+            });
+        }
+        let metrics = Arc::new(metrics::AgentMetrics::new());
+        metrics.count_dead_letters(&system);
+        let management = management::ManagementServer::serve(
+            management_listener,
+            management::Sources {
+                system: system.clone(),
+                cluster: cluster.clone(),
+                health: health.clone(),
+                metrics: Arc::clone(&metrics),
+                reporter: reporter.clone(),
+            },
+        )
+        .map_err(|error| AgentError::Management {
+            addr: config.management_bind,
+            error,
+        })?;
+        // Ready once this node is an Up member.
+        let joined = health.clone();
+        let watched = cluster.clone();
+        tokio::spawn(async move {
+            watched
+                .wait_for_view(|v| {
+                    v.self_member()
+                        .is_some_and(|m| m.status == troupe::cluster::MemberStatus::Up)
+                })
+                .await;
+            joined.joined();
+        });
+        // After the reporter, so that it sees the demo router and singleton start.
+        let demo = config.demo.then(|| demo::start(&cluster)).transpose()?;
+        if demo.is_some() {
+            // The demo worker's depth on /metrics, as this node's routee of the demo router.
+            metrics.watch_depth(demo::WORKER_PATH, Some(demo::ROUTER_PATH));
+        }
+        tracing::info!(node = %cluster.self_node(), management = %management_url, "agent started");
         Ok(Self {
             system,
             cluster,
             reporter,
+            health,
+            metrics,
+            management,
+            drain_delay: Duration::from_millis(config.drain_delay_ms),
+            demo,
         })
     }
 
@@ -203,6 +307,39 @@ impl Agent {
     #[must_use]
     pub fn reporter(&self) -> Option<&reporter::ReporterHandle> {
         self.reporter.as_ref()
+    }
+
+    /// The health the probes report; membership providers fence through it.
+    #[must_use]
+    pub fn health(&self) -> &health::Health {
+        &self.health
+    }
+
+    /// The management listener's address (`/metrics`, `/_troupe/health`).
+    #[must_use]
+    pub fn management_addr(&self) -> SocketAddr {
+        self.management.local_addr()
+    }
+
+    /// The agent's metrics.
+    #[must_use]
+    pub fn metrics(&self) -> &Arc<metrics::AgentMetrics> {
+        &self.metrics
+    }
+
+    /// Watch the mailbox depth of the actor at `path`: exported on `/metrics` (alone, or
+    /// summed into `router`'s series when it is a routee) and sampled by the reporter.
+    pub fn watch_depth(&self, path: &str, router: Option<&str>) {
+        self.metrics.watch_depth(path, router);
+        if let Some(reporter) = &self.reporter {
+            reporter.watch_depth(path);
+        }
+    }
+
+    /// The demo workload, when started with `--demo`.
+    #[must_use]
+    pub fn demo(&self) -> Option<&demo::Demo> {
+        self.demo.as_ref()
     }
 
     /// The cluster handle.
@@ -217,13 +354,13 @@ impl Agent {
         &self.system
     }
 
-    /// Leave the cluster (waiting at most `grace` to be removed), then stop every actor.
+    /// Shut down in order: stop-begin (probes: live, not ready; responses close their
+    /// connections), wait the drain delay, leave the cluster (waiting at most `grace` to be
+    /// removed), stop every actor, flush the reporter, and close the management listener last.
     pub async fn shutdown(self, grace: Duration) {
-        if let Some(reporter) = &self.reporter {
-            reporter.health(
-                troupe_protocol::AgentHealth::Draining,
-                Some("shutting down".into()),
-            );
+        self.health.drain("shutting down");
+        if !self.drain_delay.is_zero() {
+            tokio::time::sleep(self.drain_delay).await;
         }
         self.cluster.leave();
         let _ = tokio::time::timeout(grace, self.cluster.terminated()).await;
@@ -231,5 +368,7 @@ impl Agent {
         if let Some(reporter) = &self.reporter {
             let _ = tokio::time::timeout(grace, reporter.stop()).await;
         }
+        self.health.stopped();
+        self.management.stop().await;
     }
 }

@@ -1,5 +1,5 @@
-//! The reporter: turns what happens on this node (membership, dead letters, agent health,
-//! mailbox depths) into batches for the control plane, without ever blocking an actor on the
+//! The reporter: turns what happens on this node (membership, singletons, routers, dead
+//! letters, agent health, mailbox depths) into batches for the control plane, without ever blocking an actor on the
 //! network.
 //!
 //! # Supervision tree
@@ -7,7 +7,11 @@
 //! reporter task (tokio)       owns the ReportBuffer; fed by
 //! ├── cluster subscription    ClusterNotification → membership events
 //! ├── dead-letter subscription DeadLetter → dead-letter events
-//! └── depth tick              samples the depth of the watched actor paths
+//! ├── singleton subscription  SingletonEvent → singleton events (runtime_events.rs)
+//! ├── router subscription     ClusterRouterEvent → router events; remembers local routers
+//! └── depth tick              samples the depth of the watched actor paths, and of this
+//!                             node's routee of every router running here (tagged with the
+//!                             router: one series per router and path, never per actor)
 //! ```
 //! The task stops when the [`ReporterHandle`] is dropped or `stop` is called; the last batch is
 //! flushed (best effort) first.
@@ -19,6 +23,7 @@
 
 pub mod buffer;
 pub mod convert;
+pub mod runtime_events;
 pub mod shipper;
 
 use std::sync::Arc;
@@ -28,10 +33,13 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
 use troupe::cluster::{Cluster, ClusterNotification};
+use troupe::cluster_router::ClusterRouterEvent;
+use troupe::singleton::SingletonEvent;
 use troupe::{ActorSystem, DeadLetter};
 use troupe_protocol::{AgentHealth, DepthSample, DepthTick, Event, EventBody, HealthChange};
 
 use buffer::{BufferLimits, ReportBuffer};
+use runtime_events::RuntimeEvents;
 use shipper::Shipper;
 
 /// Settings of the reporter.
@@ -68,6 +76,19 @@ pub struct ReporterStats {
     pub failed_attempts: AtomicU64,
     /// Events handed to the buffer.
     pub events_buffered: AtomicU64,
+}
+
+/// The buffer's fill and cumulative drops, for `/metrics`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Occupancy {
+    /// Events queued (not counting the batch in flight).
+    pub events: usize,
+    /// Depth samples queued.
+    pub depth_samples: usize,
+    /// Items the buffer holds before dropping.
+    pub capacity: usize,
+    /// Every drop since start, by kind.
+    pub dropped_total: troupe_protocol::DroppedCounts,
 }
 
 enum Command {
@@ -115,6 +136,18 @@ impl ReporterHandle {
         (buffer.queued(), buffer.unreported_drops())
     }
 
+    /// How full the buffer is, and everything it ever dropped.
+    #[must_use]
+    pub fn occupancy(&self) -> Occupancy {
+        let buffer = self.buffer.lock();
+        Occupancy {
+            events: buffer.queued().0,
+            depth_samples: buffer.queued_samples(),
+            capacity: buffer.limits().items,
+            dropped_total: buffer.total_drops(),
+        }
+    }
+
     /// Flush what is buffered (one attempt) and stop.
     pub async fn stop(&self) {
         let (tx, rx) = oneshot::channel();
@@ -160,6 +193,9 @@ pub fn start(
     };
     let mut cluster_events = cluster.subscribe();
     let mut dead_letters = system.event_stream().subscribe::<DeadLetter>();
+    let mut singleton_events = system.event_stream().subscribe::<SingletonEvent>();
+    let mut router_events = system.event_stream().subscribe::<ClusterRouterEvent>();
+    let mut runtime_events = RuntimeEvents::new();
     let cluster = cluster.clone();
     let system = system.clone();
     tokio::spawn(async move {
@@ -207,19 +243,30 @@ pub fn start(
                 },
                 letter = dead_letters.recv() => {
                     if let Some(letter) = letter {
-                        push(convert::dead_letter(&letter, now_ms()));
+                        push(convert::dead_letter(&letter, cluster.self_address(), now_ms()));
+                    }
+                }
+                event = singleton_events.recv() => {
+                    if let Some(event) = event.and_then(|e| runtime_events.singleton(&e, now_ms())) {
+                        push(event);
+                    }
+                }
+                event = router_events.recv() => {
+                    if let Some(event) = event.and_then(|e| runtime_events.router(&e, now_ms())) {
+                        push(event);
                     }
                 }
                 _ = depth.tick() => {
-                    if !watched.is_empty() {
-                        let samples = watched
-                            .iter()
-                            .filter_map(|path| system.resolve_any(path).ok().map(|actor| DepthSample {
-                                path: path.clone(),
-                                router: None,
-                                depth: u32::try_from(actor.mailbox_depth()).unwrap_or(u32::MAX),
-                            }))
-                            .collect();
+                    let mut samples: Vec<DepthSample> = watched
+                        .iter()
+                        .filter_map(|path| system.resolve_any(path).ok().map(|actor| DepthSample {
+                            path: path.clone(),
+                            router: None,
+                            depth: u32::try_from(actor.mailbox_depth()).unwrap_or(u32::MAX),
+                        }))
+                        .collect();
+                    samples.extend(runtime_events.routee_depths(&system));
+                    if !samples.is_empty() {
                         buffer.lock().push_depth_tick(DepthTick { at_ms: now_ms(), samples });
                     }
                 }

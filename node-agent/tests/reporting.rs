@@ -90,6 +90,8 @@ fn config(port: u16, control_plane: u16) -> AgentConfig {
         system: "report".into(),
         bind: format!("127.0.0.1:{port}").parse().unwrap(),
         advertised_host: None,
+        management_bind: "127.0.0.1:0".parse().unwrap(),
+        drain_delay_ms: 0,
         seeds: vec![format!("troupe://report@127.0.0.1:{port}").parse().unwrap()],
         roles: vec![],
         secret: "reporting test secret, long enough".into(),
@@ -99,6 +101,7 @@ fn config(port: u16, control_plane: u16) -> AgentConfig {
         ingest_token: "test-token".into(),
         node_name: Some("machine-1".into()),
         report_interval_ms: 50,
+        demo: false,
     }
 }
 
@@ -153,6 +156,8 @@ async fn events_from_while_the_server_was_away_arrive_once_it_is_back_with_a_ret
         assert_eq!(batch.identity.meta.node.as_deref(), Some("machine-1"));
     }
     assert_eq!(received.unauthorized.load(Ordering::Relaxed), 0);
-    server.stop(true).await;
+    // The agent first: while it reports every 50 ms, the stand-in's graceful stop would wait
+    // out its 30 s shutdown timeout on the open keep-alive connection.
     agent.shutdown(Duration::from_secs(5)).await;
+    server.stop(true).await;
 }

@@ -38,7 +38,6 @@ mod event;
 mod hand_over;
 mod hold;
 mod key;
-mod lease;
 mod manager;
 mod manager_state;
 mod options;
@@ -54,15 +53,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
+pub use crate::lease::{
+    FencingToken, InMemoryLease, InMemoryLeaseArbiter, Lease, LeaseError, LeaseFuture, LeaseLost,
+    LeaseLostCallback, LeaseOp, LeaseRecord,
+};
 pub use election::{carries_role, elect_host, hand_over_peers, is_trigger, may_become_host};
 pub use event::{DeadLetterCause, SingletonEvent, StopReason};
 pub use hand_over::{HAND_OVER_RESEND, HandOver, HandOverTick};
 pub use hold::{HOLD_CAPACITY, HOLD_MAX_AGE};
 pub use key::SingletonKey;
-pub use lease::{
-    FencingToken, InMemoryLease, InMemoryLeaseArbiter, Lease, LeaseError, LeaseFuture, LeaseLost,
-    LeaseLostCallback, LeaseOp, LeaseRecord,
-};
 pub use manager::{ManagerInternal, ManagerMsg, ManagerStatus};
 pub use manager_state::{
     Action, Event, ManagerConfig, ManagerState, RESPAWN_BACKOFF, Routing, SPAWN_RETRY,

@@ -22,6 +22,8 @@
 //! # }
 //! ```
 
+pub mod conformance;
+
 use std::collections::BTreeSet;
 use std::fmt;
 use std::time::Duration;

@@ -58,6 +58,25 @@ pub enum ApiError {
     Store(#[from] StoreError),
 }
 
+/// Whether `error` means the database is away for now (restarting, unreachable, out of
+/// connections) rather than that the request or the data is wrong: such requests get 503 and
+/// a retry succeeds once it is back. SQLSTATE classes 08 (connection exception), 57P
+/// (operator intervention: shutdown, crash shutdown, cannot connect now) and 53300 (too many
+/// connections).
+fn store_unavailable(error: &StoreError) -> bool {
+    match error {
+        StoreError::Database(
+            sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed,
+        ) => true,
+        StoreError::Database(sqlx::Error::Database(database)) => {
+            database.code().is_some_and(|code| {
+                code.starts_with("08") || code.starts_with("57P") || code == "53300"
+            })
+        }
+        _ => false,
+    }
+}
+
 /// The error body.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorBody {
@@ -75,9 +94,7 @@ impl ResponseError for ApiError {
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
-            Self::Store(StoreError::Database(
-                sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed,
-            )) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Store(error) if store_unavailable(error) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -87,10 +104,20 @@ impl ResponseError for ApiError {
         if status.is_server_error() {
             tracing::error!(error = %self, "request failed");
         }
+        let error = if status == StatusCode::SERVICE_UNAVAILABLE {
+            format!("the store is unavailable; retry later ({self})")
+        } else {
+            self.to_string()
+        };
         let mut response = HttpResponse::build(status).json(ErrorBody {
-            error: self.to_string(),
+            error,
             status: status.as_u16(),
         });
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
         if status == StatusCode::UNAUTHORIZED {
             response
                 .headers_mut()

@@ -129,7 +129,14 @@ impl App {
     /// Opens the store (applying migrations), binds the listen address and prepares the server.
     pub async fn build(config: Config) -> Result<Self, AppError> {
         let store = match &config.database_url {
-            Some(url) => Store::connect_postgres(url, config.db_max_connections).await?,
+            Some(url) => {
+                Store::connect_postgres_with(
+                    url,
+                    config.db_max_connections,
+                    Duration::from_millis(config.db_acquire_timeout_ms.max(1)),
+                )
+                .await?
+            }
             None => {
                 Store::open_sqlite(&config.sqlite_path, config.db_max_connections.min(4)).await?
             }

@@ -34,6 +34,12 @@ pub struct Config {
     #[arg(long, env = "TROUPE_DB_MAX_CONNECTIONS", default_value_t = 8)]
     pub db_max_connections: u32,
 
+    /// Milliseconds a request waits for a database connection (while the database is away,
+    /// connecting is retried that long) before it is answered 503 "store unavailable". Keep
+    /// it below the agents' 10 s request timeout so they hear the 503 and retry.
+    #[arg(long, env = "TROUPE_DB_ACQUIRE_TIMEOUT_MS", default_value_t = 5_000)]
+    pub db_acquire_timeout_ms: u64,
+
     /// Bearer token agents must send to the ingest endpoint. When unset, the server makes up
     /// a random one at start and logs it (fine for a laptop, not for production).
     #[arg(long, env = "TROUPE_INGEST_TOKEN", hide_env_values = true)]
@@ -100,6 +106,7 @@ impl Config {
             database_url: None,
             sqlite_path: PathBuf::from("troupe-control-plane.sqlite"),
             db_max_connections: 8,
+            db_acquire_timeout_ms: 5_000,
             ingest_token: None,
             admin_token: None,
             enable_member_operations: false,

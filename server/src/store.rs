@@ -331,10 +331,21 @@ pub struct DeadLetterFilter {
 impl Store {
     /// Connects to PostgreSQL at `url` and applies the migrations.
     pub async fn connect_postgres(url: &str, max_connections: u32) -> Result<Self, StoreError> {
+        Self::connect_postgres_with(url, max_connections, Duration::from_secs(5)).await
+    }
+
+    /// Like [`Store::connect_postgres`], waiting at most `acquire_timeout` for a connection
+    /// (connecting is retried that long while the database is away) before a query fails
+    /// with `PoolTimedOut`.
+    pub async fn connect_postgres_with(
+        url: &str,
+        max_connections: u32,
+        acquire_timeout: Duration,
+    ) -> Result<Self, StoreError> {
         let options: PgConnectOptions = url.parse()?;
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
-            .acquire_timeout(Duration::from_secs(10))
+            .acquire_timeout(acquire_timeout)
             .connect_with(options)
             .await?;
         sqlx::migrate!("../migrations/postgres").run(&pool).await?;

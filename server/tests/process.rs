@@ -96,6 +96,7 @@ fn help_lists_every_option_its_environment_variable_and_default() {
         ("--database-url", "DATABASE_URL"),
         ("--sqlite-path", "TROUPE_SQLITE_PATH"),
         ("--db-max-connections", "TROUPE_DB_MAX_CONNECTIONS"),
+        ("--db-acquire-timeout-ms", "TROUPE_DB_ACQUIRE_TIMEOUT_MS"),
         ("--ingest-token", "TROUPE_INGEST_TOKEN"),
         ("--admin-token", "TROUPE_ADMIN_TOKEN"),
         (

@@ -21,6 +21,9 @@ fn agent_args(port: u16, seed: u16) -> Vec<String> {
         "--down-after-ms".into(),
         "3000".into(),
         "--events-json".into(),
+        // Three agents share this machine: each gets a free management port.
+        "--management-bind".into(),
+        "127.0.0.1:0".into(),
     ]
 }
 

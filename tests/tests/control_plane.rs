@@ -1,6 +1,7 @@
 //! The control plane and three agents as real processes on 127.0.0.1: the agents report, the
-//! management API shows the cluster as they see it, and a member operation queued through the
-//! API is carried out by the cluster.
+//! management API shows the cluster as they see it, a member operation queued through the API
+//! is carried out by the cluster, and with the demo workload a singleton hand-over and a router's
+//! routee change reach the API.
 
 use std::time::Duration;
 
@@ -84,6 +85,9 @@ fn agent_args(port: u16, seed: u16, control_plane: &str) -> Vec<String> {
         "--report-interval-ms",
         "100",
         "--events-json",
+        // Three agents share this machine: each gets a free management port.
+        "--management-bind",
+        "127.0.0.1:0",
     ]
     .iter()
     .map(|s| (*s).to_owned())
@@ -179,6 +183,159 @@ async fn the_api_shows_the_reported_cluster_and_a_queued_down_is_carried_out() {
         },
     )
     .await;
+    for agent in &mut agents {
+        agent.kill().await;
+    }
+    drop(server.process);
+}
+
+async fn get_json(client: &reqwest::Client, url: &str) -> serde_json::Value {
+    match client.get(url).send().await {
+        Ok(response) if response.status().is_success() => response.json().await.unwrap_or_default(),
+        _ => serde_json::Value::Null,
+    }
+}
+
+/// Poll `url` until `ok` accepts its JSON; returns that JSON.
+async fn wait_json(
+    client: &reqwest::Client,
+    url: &str,
+    what: &str,
+    mut ok: impl FnMut(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let body = get_json(client, url).await;
+        if ok(&body) {
+            return body;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: {url} answered {body:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_singleton_hand_over_and_a_routee_change_reach_the_api() {
+    let server = start_server().await;
+    let control_plane = server.base.trim_end_matches("/api/v1").to_owned();
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let agent = binary("troupe-agent");
+    let mut agents: Vec<Process> = ports
+        .iter()
+        .map(|&p| {
+            let mut args = agent_args(p, ports[0], &control_plane);
+            args.push("--demo".to_owned());
+            Process::start(&agent, &args)
+        })
+        .collect();
+    let client = reqwest::Client::new();
+    let cluster = format!("{}/clusters/e2e", server.base);
+    let routee = |port: u16| format!("troupe://e2e@127.0.0.1:{port}/user/worker");
+
+    // Everything up: the singleton has a host, the router routes to all three workers.
+    let singletons = wait_json(
+        &client,
+        &format!("{cluster}/singletons"),
+        "a singleton host",
+        |s| s[0]["host"].is_string(),
+    )
+    .await;
+    let old_host = singletons[0]["host"].as_str().unwrap().to_owned();
+    wait_json(
+        &client,
+        &format!("{cluster}/routers"),
+        "three routees",
+        |r| {
+            r[0]["path"] == "/user/compute-router"
+                && r[0]["strategy"] == "smallest-mailbox"
+                && r[0]["routee_path"] == "/user/worker"
+                && r[0]["routees"]
+                    .as_array()
+                    .is_some_and(|routees| routees.len() == 3)
+        },
+    )
+    .await;
+
+    // The host leaves (SIGTERM): the singleton moves with a hand-over, the routers drop its
+    // worker, and the API shows both.
+    let leaving = ports
+        .iter()
+        .position(|p| old_host == format!("127.0.0.1:{p}"))
+        .expect("the host is one of the agents");
+    let status = agents[leaving].terminate(WAIT).await;
+    assert!(status.success(), "the host left cleanly: {status}");
+
+    let detail = wait_json(
+        &client,
+        &format!("{cluster}/singletons/job-scheduler"),
+        "the singleton on a new host after a completed hand-over",
+        |d| {
+            let host = d["singleton"]["host"].as_str();
+            let handed_over = d["history"].as_array().is_some_and(|history| {
+                history.iter().any(|e| {
+                    e["kind"] == "SingletonHandOverCompleted"
+                        && e["detail"]["new_host"].as_str() == host
+                })
+            });
+            host.is_some_and(|h| h != old_host) && handed_over
+        },
+    )
+    .await;
+    let history = detail["history"].as_array().unwrap();
+    assert!(
+        history
+            .iter()
+            .any(|e| e["kind"] == "SingletonStopped" && e["detail"]["host"] == old_host.as_str()),
+        "the old host reported its instance stopping: {history:#?}"
+    );
+    let mut survivors: Vec<String> = ports
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != leaving)
+        .map(|(_, p)| routee(*p))
+        .collect();
+    survivors.sort_unstable();
+    wait_json(
+        &client,
+        &format!("{cluster}/routers"),
+        "the routers without the departed worker",
+        |r| {
+            r[0]["routees"].as_array().is_some_and(|routees| {
+                let mut routees: Vec<&str> = routees.iter().filter_map(|v| v.as_str()).collect();
+                routees.sort_unstable();
+                routees == survivors
+            })
+        },
+    )
+    .await;
+    let changes = get_json(
+        &client,
+        &format!("{cluster}/events?kind=RouteesChanged&subject=/user/compute-router"),
+    )
+    .await;
+    assert!(
+        changes["events"]
+            .as_array()
+            .is_some_and(|events| events.iter().any(|e| e["detail"]["routees"]
+                .as_array()
+                .is_some_and(|r| r.len() == 2))),
+        "the routee change is in the event history: {changes:#}"
+    );
+    // Each node reports its own worker's mailbox depth under the router.
+    let depth = get_json(
+        &client,
+        &format!("{cluster}/routers/depth?router=/user/compute-router"),
+    )
+    .await;
+    let nodes: Vec<&str> = depth["series"]
+        .as_array()
+        .map(|series| series.iter().filter_map(|s| s["node"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(nodes.len(), 3, "a depth series per node: {depth:#}");
+
     for agent in &mut agents {
         agent.kill().await;
     }

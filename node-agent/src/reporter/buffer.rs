@@ -57,6 +57,8 @@ pub struct ReportBuffer {
     dropped: DroppedCounts,
     in_flight: Option<Pending>,
     next_sequence: u64,
+    /// Drops the server has acknowledged hearing about (for cumulative metrics).
+    reported_drops: DroppedCounts,
 }
 
 fn count_drop(dropped: &mut DroppedCounts, category: EventCategory) {
@@ -67,6 +69,15 @@ fn count_drop(dropped: &mut DroppedCounts, category: EventCategory) {
         EventCategory::DeadLetter => dropped.dead_letters += 1,
         EventCategory::Health => dropped.health += 1,
     }
+}
+
+fn add_drops(total: &mut DroppedCounts, d: DroppedCounts) {
+    total.membership += d.membership;
+    total.singleton += d.singleton;
+    total.router += d.router;
+    total.dead_letters += d.dead_letters;
+    total.health += d.health;
+    total.depth_samples += d.depth_samples;
 }
 
 impl ReportBuffer {
@@ -81,6 +92,7 @@ impl ReportBuffer {
             dropped: DroppedCounts::default(),
             in_flight: None,
             next_sequence: 1,
+            reported_drops: DroppedCounts::default(),
         }
     }
 
@@ -163,8 +175,9 @@ impl ReportBuffer {
             .in_flight
             .as_ref()
             .is_some_and(|p| p.sequence == sequence)
+            && let Some(pending) = self.in_flight.take()
         {
-            self.in_flight = None;
+            add_drops(&mut self.reported_drops, pending.dropped);
         }
     }
 
@@ -174,19 +187,33 @@ impl ReportBuffer {
         (self.events.len(), self.depth_ticks.len())
     }
 
+    /// Depth samples queued (not counting the batch in flight).
+    #[must_use]
+    pub fn queued_samples(&self) -> usize {
+        self.samples
+    }
+
+    /// The limits the buffer was made with.
+    #[must_use]
+    pub fn limits(&self) -> BufferLimits {
+        self.limits
+    }
+
     /// Drops not yet reported.
     #[must_use]
     pub fn unreported_drops(&self) -> DroppedCounts {
         let mut total = self.dropped;
         if let Some(pending) = &self.in_flight {
-            let d = pending.dropped;
-            total.membership += d.membership;
-            total.singleton += d.singleton;
-            total.router += d.router;
-            total.dead_letters += d.dead_letters;
-            total.health += d.health;
-            total.depth_samples += d.depth_samples;
+            add_drops(&mut total, pending.dropped);
         }
+        total
+    }
+
+    /// Every drop since the buffer was made, reported or not.
+    #[must_use]
+    pub fn total_drops(&self) -> DroppedCounts {
+        let mut total = self.unreported_drops();
+        add_drops(&mut total, self.reported_drops);
         total
     }
 }
@@ -340,6 +367,9 @@ mod tests {
                 buffer.acknowledged(batch.sequence);
             }
             prop_assert_eq!(events_in + samples_in, events_out + samples_out + dropped);
+            // The cumulative count (for /metrics) is every drop, reported or not.
+            prop_assert_eq!(buffer.total_drops().total(), dropped);
+            prop_assert_eq!(buffer.unreported_drops().total(), 0);
         }
     }
 }

@@ -3,6 +3,7 @@
 
 use troupe::DeadLetter;
 use troupe::cluster::{ClusterEvent, ClusterView, Member, MemberStatus};
+use troupe::remote::Address;
 use troupe_protocol::{DeadLetterEvent, Event, EventBody, LeaderChange, MemberChange, MemberInfo};
 
 fn status(status: MemberStatus) -> troupe_protocol::MemberStatus {
@@ -67,25 +68,52 @@ pub fn cluster_event(event: &ClusterEvent, view: &ClusterView, at_ms: i64) -> Ev
     Event { at_ms, body }
 }
 
-/// A path as the control plane shows it: `/user/worker` on the reporting node, the full
-/// `troupe://...@host:port/...` form for a path on another node.
-fn path(path: &troupe::ActorPath) -> String {
+/// A path as the control plane shows it: `/user/worker` for a path on the reporting node
+/// (`local`), whether or not it names the node (a message that arrived over the network names
+/// it), and the full `troupe://...@host:port/...` form for a path on another node.
+fn path(path: &troupe::ActorPath, local: &Address) -> String {
     match path.address() {
-        Some(_) => path.to_string(),
-        None => path.elements().to_owned(),
+        Some(address) if address != local => path.to_string(),
+        _ => path.elements().to_owned(),
     }
 }
 
-/// A dead letter as a stored event.
+/// A dead letter on the node at `local` as a stored event.
 #[must_use]
-pub fn dead_letter(letter: &DeadLetter, at_ms: i64) -> Event {
+pub fn dead_letter(letter: &DeadLetter, local: &Address, at_ms: i64) -> Event {
     Event {
         at_ms,
         body: EventBody::DeadLetter(DeadLetterEvent {
-            recipient: path(&letter.recipient),
-            sender: letter.sender.as_ref().map(path),
+            recipient: path(&letter.recipient, local),
+            sender: letter.sender.as_ref().map(|sender| path(sender, local)),
             message_type: letter.message_type.to_owned(),
             reason: letter.reason.to_string(),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dead_letter_names_local_paths_without_the_node_and_remote_ones_in_full() {
+        let local = Address::new("demo", "127.0.0.1", 1);
+        let other = Address::new("demo", "127.0.0.1", 2);
+        let letter = DeadLetter {
+            recipient: troupe::ActorPath::remote(&local, "/user/worker-v1"),
+            sender: Some(troupe::ActorPath::remote(&other, "/user/scheduler")),
+            message_type: "Job",
+            reason: troupe::DeadLetterReason::UnknownRecipient,
+        };
+        let EventBody::DeadLetter(event) = dead_letter(&letter, &local, 5).body else {
+            panic!("a dead letter")
+        };
+        assert_eq!(event.recipient, "/user/worker-v1");
+        assert_eq!(
+            event.sender.as_deref(),
+            Some("troupe://demo@127.0.0.1:2/user/scheduler")
+        );
+        assert_eq!(event.reason, "no actor at recipient path");
     }
 }

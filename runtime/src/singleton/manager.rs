@@ -31,7 +31,6 @@ use tokio::time::Instant;
 
 use super::event::{DeadLetterCause, SingletonEvent};
 use super::hold::HoldBuffer;
-use super::lease::{FencingToken, Lease, LeaseError, LeaseLost, LeaseLostCallback};
 use super::manager_state::{Action, Event, ManagerConfig, ManagerState, Routing};
 use super::payload::Payload;
 use super::proxy::{DrainedMessage, ProxyInternalMsg, ProxyMsg};
@@ -42,6 +41,7 @@ use crate::cluster::{Cluster, ClusterNotification};
 use crate::context::{Context, TimerHandle};
 use crate::dead_letter::{DeadLetter, DeadLetterReason};
 use crate::death_watch::Terminated;
+use crate::lease::{FencingToken, Lease, LeaseError, LeaseLost, LeaseLostCallback};
 use crate::path::ActorPath;
 use crate::remote::{Address, RemoteMessage};
 use crate::system::SpawnError;

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::actor::Actor;
+use crate::lease::Lease;
 use crate::props::Props;
-use crate::singleton::lease::Lease;
 
 /// The default retry interval after a failed lease acquire.
 pub const DEFAULT_ACQUIRE_RETRY_INTERVAL: Duration = Duration::from_secs(5);

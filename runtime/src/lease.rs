@@ -1,5 +1,9 @@
 //! The [`Lease`] abstraction — at most one holder cluster-wide, arbitrated by a third party that
-//! every node reaches — and an in-memory arbiter for tests and single-node use.
+//! every node reaches — its [`LeaseSettings`], the [`LeaseProvider`] that makes handles, and an
+//! in-memory arbiter for tests and single-node use.
+//!
+//! Backends for etcd and PostgreSQL live in the `troupe-coordination` crate; every backend
+//! passes the shared conformance suite in [`crate::testkit::conformance`].
 //!
 //! # Contract
 //! - `acquire` resolves to `Some(token)` when this handle holds the lease (also when it already
@@ -11,11 +15,18 @@
 //! - `holds()` is a non-blocking local answer: whether this handle currently believes it holds
 //!   the lease.
 //! - Every grant carries a [`FencingToken`] that increases with each new grant of the lease, so
-//!   a resource guarded by the lease can refuse writes from an older holder.
-//!
-//! Implementations for etcd, Kubernetes Lease objects and Postgres follow this contract: renew in
-//! the background while held, report loss through the callback before the provider would let
-//! another owner in.
+//!   a resource guarded by the lease can refuse writes from an older holder. Tokens of one
+//!   lease name are strictly increasing across holders, for the lifetime of the backend's
+//!   store.
+//! - `release` by a handle that does not hold the current grant is refused by the backend: it
+//!   changes nothing there (the current holder keeps its grant) and resolves `Ok(())`.
+//! - While held, the handle renews in the background every [`LeaseSettings::renew_interval`].
+//!   When no renewal has been confirmed for `ttl - renew_interval` (measured from when the
+//!   last confirmed renewal was *sent*, so the local deadline is always earlier than the
+//!   provider's), the handle reports the loss — before the provider would let another owner
+//!   in. With `renew_interval <= ttl / 3` at least two renewals are attempted before that.
+//! - Dropping every clone of a handle stops its renewal without releasing, as a crash would:
+//!   the grant expires `ttl` after its last renewal and another owner can acquire it.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -58,6 +69,7 @@ pub type LeaseFuture<T> = Pin<Box<dyn Future<Output = Result<T, LeaseError>> + S
 
 /// Why a lease operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum LeaseError {
     /// The provider could not be reached or did not answer in time.
     #[error("lease {lease:?}: provider unreachable: {reason}")]
@@ -73,6 +85,23 @@ pub enum LeaseError {
         /// The lease's name.
         lease: String,
         /// The provider's answer.
+        reason: String,
+    },
+    /// The provider holds a value for this lease that is not a valid lease record (written by
+    /// something else, or corrupted). Nothing was changed.
+    #[error("lease {lease:?}: malformed value at the provider: {reason}")]
+    Malformed {
+        /// The lease's name.
+        lease: String,
+        /// What was wrong with it.
+        reason: String,
+    },
+    /// The settings cannot be used with this provider.
+    #[error("lease {lease:?}: {reason}")]
+    Settings {
+        /// The lease's name.
+        lease: String,
+        /// Which setting and what the provider allows.
         reason: String,
     },
 }
@@ -96,6 +125,136 @@ pub trait Lease: fmt::Debug + Send + Sync + 'static {
 
     /// The token of the current grant, while held.
     fn fencing_token(&self) -> Option<FencingToken>;
+}
+
+/// The default time-to-live of a grant.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(15);
+
+/// The default renew interval (a fifth of the default TTL).
+pub const DEFAULT_RENEW_INTERVAL: Duration = Duration::from_secs(3);
+
+/// The smallest ratio `ttl / renew_interval` accepted: renewal must happen at least three
+/// times per TTL, so that two renewals can fail (or be slow) before the holder has to report
+/// the loss at `ttl - renew_interval`.
+pub const MIN_RENEWALS_PER_TTL: u32 = 3;
+
+/// How long a grant lives unrenewed and how often its holder renews it, validated together.
+///
+/// ```
+/// use std::time::Duration;
+/// use troupe::lease::LeaseSettings;
+///
+/// let settings = LeaseSettings::new(Duration::from_secs(15), Duration::from_secs(3)).unwrap();
+/// assert_eq!(settings.loss_deadline(), Duration::from_secs(12));
+/// let error = LeaseSettings::new(Duration::from_secs(10), Duration::from_secs(5)).unwrap_err();
+/// assert!(error.to_string().contains("renew interval 5s"));
+/// ```
+///
+/// Rules: `ttl > 0`, `renew_interval > 0`, and `renew_interval * 3 <= ttl`
+/// ([`MIN_RENEWALS_PER_TTL`]). A holder reports the loss when no renewal has been confirmed
+/// for [`LeaseSettings::loss_deadline`] `= ttl - renew_interval`, which leaves one renew
+/// interval between the holder giving up and the earliest moment the provider lets another
+/// owner in — the time a singleton gets to stop. Providers may add their own rules (etcd
+/// grants whole seconds, at least 2 s); they refuse with [`LeaseError::Settings`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LeaseSettings {
+    ttl: Duration,
+    renew_interval: Duration,
+}
+
+/// Why [`LeaseSettings::new`] refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LeaseSettingsError {
+    /// A zero duration.
+    #[error("lease {what} must be greater than zero")]
+    Zero {
+        /// `ttl` or `renew interval`.
+        what: &'static str,
+    },
+    /// Renewal not well inside the TTL.
+    #[error(
+        "lease renew interval {renew_interval:?} is too long for ttl {ttl:?}: the renew interval must be at most a third of the ttl (renew_interval * 3 <= ttl, here at most {max:?}) so that two renewals can fail before the lease expires"
+    )]
+    RenewTooSlow {
+        /// The TTL asked for.
+        ttl: Duration,
+        /// The renew interval asked for.
+        renew_interval: Duration,
+        /// The longest renew interval this TTL allows.
+        max: Duration,
+    },
+}
+
+impl Default for LeaseSettings {
+    fn default() -> Self {
+        Self {
+            ttl: DEFAULT_LEASE_TTL,
+            renew_interval: DEFAULT_RENEW_INTERVAL,
+        }
+    }
+}
+
+impl LeaseSettings {
+    /// Settings with this `ttl` and `renew_interval`; see the type's rules.
+    pub fn new(ttl: Duration, renew_interval: Duration) -> Result<Self, LeaseSettingsError> {
+        if ttl.is_zero() {
+            return Err(LeaseSettingsError::Zero { what: "ttl" });
+        }
+        if renew_interval.is_zero() {
+            return Err(LeaseSettingsError::Zero {
+                what: "renew interval",
+            });
+        }
+        let max = ttl / MIN_RENEWALS_PER_TTL;
+        if renew_interval > max {
+            return Err(LeaseSettingsError::RenewTooSlow {
+                ttl,
+                renew_interval,
+                max,
+            });
+        }
+        Ok(Self {
+            ttl,
+            renew_interval,
+        })
+    }
+
+    /// Settings with this `ttl`, renewed every `ttl / 5`.
+    pub fn with_ttl(ttl: Duration) -> Result<Self, LeaseSettingsError> {
+        Self::new(ttl, ttl / 5)
+    }
+
+    /// How long a grant lives after its last renewal.
+    #[must_use]
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// How often the holder renews.
+    #[must_use]
+    pub fn renew_interval(&self) -> Duration {
+        self.renew_interval
+    }
+
+    /// How long after the last confirmed renewal was sent the holder reports the grant lost:
+    /// `ttl - renew_interval`.
+    #[must_use]
+    pub fn loss_deadline(&self) -> Duration {
+        self.ttl - self.renew_interval
+    }
+}
+
+/// Makes [`Lease`] handles of one backend (one store, one namespace).
+pub trait LeaseProvider: fmt::Debug + Send + Sync + 'static {
+    /// A handle to lease `name` that acquires as `owner`. Creating it does no I/O; a provider
+    /// refuses settings it cannot honour with [`LeaseError::Settings`], and names it cannot
+    /// store with [`LeaseError::Provider`].
+    fn lease(
+        &self,
+        name: &str,
+        owner: &str,
+        settings: &LeaseSettings,
+    ) -> Result<Arc<dyn Lease>, LeaseError>;
 }
 
 /// What happened at the arbiter, for tests that check the order of lease operations.
@@ -132,8 +291,9 @@ pub struct LeaseRecord {
 }
 
 /// A third party that arbitrates leases in memory: every node in the process reaches it (tests,
-/// single-node deployments). Grants expire `ttl` after their last renewal; holders renew every
-/// `ttl / 3`.
+/// single-node deployments). Grants of handles made by [`InMemoryLeaseArbiter::lease`] expire
+/// `ttl` after their last renewal and are renewed every `ttl / 3`; handles made through
+/// [`LeaseProvider::lease`] use their own [`LeaseSettings`].
 #[derive(Clone)]
 pub struct InMemoryLeaseArbiter {
     inner: Arc<Mutex<ArbiterState>>,
@@ -151,6 +311,7 @@ struct ArbiterState {
 struct Grant {
     owner: String,
     token: u64,
+    ttl: Duration,
     expires_at: Instant,
     on_lost: Arc<LeaseLostCallback>,
 }
@@ -188,14 +349,39 @@ impl InMemoryLeaseArbiter {
         self
     }
 
-    /// A handle to lease `name` that acquires as `owner`.
+    /// A handle to lease `name` that acquires as `owner`, with the arbiter's TTL renewed every
+    /// `ttl / 3`.
     #[must_use]
     pub fn lease(&self, name: &str, owner: &str) -> Arc<InMemoryLease> {
+        let ttl = self.ttl();
+        self.handle(name, owner, ttl, ttl / 3)
+    }
+
+    /// A handle to lease `name` that acquires as `owner` with `settings`.
+    #[must_use]
+    pub fn lease_with(
+        &self,
+        name: &str,
+        owner: &str,
+        settings: &LeaseSettings,
+    ) -> Arc<InMemoryLease> {
+        self.handle(name, owner, settings.ttl(), settings.renew_interval())
+    }
+
+    fn handle(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl: Duration,
+        renew_interval: Duration,
+    ) -> Arc<InMemoryLease> {
         Arc::new(InMemoryLease {
             inner: Arc::new(HandleInner {
                 arbiter: self.clone(),
                 name: name.to_owned(),
                 owner: owner.to_owned(),
+                ttl,
+                renew_interval,
                 held: Mutex::new(None),
             }),
         })
@@ -266,6 +452,7 @@ impl InMemoryLeaseArbiter {
         &self,
         name: &str,
         owner: &str,
+        ttl: Duration,
         on_lost: Arc<LeaseLostCallback>,
     ) -> Result<Option<FencingToken>, LeaseError> {
         let now = Instant::now();
@@ -276,9 +463,9 @@ impl InMemoryLeaseArbiter {
                 state.record(name, owner, LeaseOp::Unreachable);
                 return Err(unreachable(name));
             }
-            let ttl = state.ttl;
             match state.grants.get_mut(name) {
                 Some(grant) if grant.owner == owner => {
+                    grant.ttl = ttl;
                     grant.expires_at = now + ttl;
                     grant.on_lost = on_lost;
                     Some(FencingToken(grant.token))
@@ -300,6 +487,7 @@ impl InMemoryLeaseArbiter {
                         Grant {
                             owner: owner.to_owned(),
                             token,
+                            ttl,
                             expires_at: now + ttl,
                             on_lost,
                         },
@@ -325,23 +513,29 @@ impl InMemoryLeaseArbiter {
         if state.cut_off.contains(owner) {
             return Err("arbiter unreachable".to_owned());
         }
-        let ttl = state.ttl;
+        let now = Instant::now();
         match state.grants.get_mut(name) {
             Some(grant) if grant.owner == owner && grant.token == token => {
-                grant.expires_at = Instant::now() + ttl;
+                grant.expires_at = now + grant.ttl;
                 Ok(())
             }
             _ => Err("grant is gone".to_owned()),
         }
     }
 
-    fn release(&self, name: &str, owner: &str) -> Result<(), LeaseError> {
+    fn release(&self, name: &str, owner: &str, token: Option<u64>) -> Result<(), LeaseError> {
         let mut state = self.inner.lock();
         if state.cut_off.contains(owner) {
             state.record(name, owner, LeaseOp::Unreachable);
             return Err(unreachable(name));
         }
-        if state.grants.get(name).is_some_and(|g| g.owner == owner)
+        let Some(token) = token else {
+            return Ok(());
+        };
+        if state
+            .grants
+            .get(name)
+            .is_some_and(|g| g.owner == owner && g.token == token)
             && let Some(grant) = state.grants.remove(name)
         {
             state.record(name, owner, LeaseOp::Released(FencingToken(grant.token)));
@@ -368,6 +562,17 @@ fn unreachable(name: &str) -> LeaseError {
     }
 }
 
+impl LeaseProvider for InMemoryLeaseArbiter {
+    fn lease(
+        &self,
+        name: &str,
+        owner: &str,
+        settings: &LeaseSettings,
+    ) -> Result<Arc<dyn Lease>, LeaseError> {
+        Ok(self.lease_with(name, owner, settings))
+    }
+}
+
 /// One owner's handle to a lease of an [`InMemoryLeaseArbiter`].
 pub struct InMemoryLease {
     inner: Arc<HandleInner>,
@@ -377,6 +582,8 @@ struct HandleInner {
     arbiter: InMemoryLeaseArbiter,
     name: String,
     owner: String,
+    ttl: Duration,
+    renew_interval: Duration,
     held: Mutex<Option<HeldGrant>>,
 }
 
@@ -438,10 +645,12 @@ impl Lease for InMemoryLease {
             // Hold the handle's lock across the grant: a revocation racing this acquire then
             // finds the grant recorded here and is reported, never lost in between.
             let mut held = inner.held.lock();
-            let granted =
-                inner
-                    .arbiter
-                    .try_acquire(&inner.name, &inner.owner, Arc::new(wrapper))?;
+            let granted = inner.arbiter.try_acquire(
+                &inner.name,
+                &inner.owner,
+                inner.ttl,
+                Arc::new(wrapper),
+            )?;
             if let Some(token) = granted {
                 if held.as_ref().is_none_or(|h| h.token != token.0) {
                     if let Some(old) = held.take() {
@@ -466,7 +675,8 @@ impl Lease for InMemoryLease {
             if !latency.is_zero() {
                 tokio::time::sleep(latency).await;
             }
-            inner.arbiter.release(&inner.name, &inner.owner)?;
+            let token = inner.held.lock().as_ref().map(|h| h.token);
+            inner.arbiter.release(&inner.name, &inner.owner, token)?;
             if let Some(held) = inner.held.lock().take() {
                 held.renewal.abort();
             }
@@ -487,13 +697,13 @@ impl Lease for InMemoryLease {
     }
 }
 
-/// Renew grant `token` every `ttl / 3` until it is released or lost.
+/// Renew grant `token` every renew interval until it is released or lost.
 async fn renew(handle: Weak<HandleInner>, token: u64, on_lost: Arc<LeaseLostCallback>) {
     loop {
         let Some(inner) = handle.upgrade() else {
             return;
         };
-        let period = inner.arbiter.ttl() / 3;
+        let period = inner.renew_interval;
         drop(inner);
         tokio::time::sleep(period).await;
         let Some(inner) = handle.upgrade() else {

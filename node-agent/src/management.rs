@@ -1,0 +1,178 @@
+//! The agent's management listener (`--management-bind`, default `127.0.0.1:8558`): plain HTTP/1.1
+//! for probes and scrapes, internal only (probes cannot be authenticated; see seed 003).
+//!
+//! | route                   | answers                                                      |
+//! |-------------------------|--------------------------------------------------------------|
+//! | `/_troupe/health`       | liveness: 200 ready or draining; 503 starting, stopped, fatal |
+//! | `/_troupe/health/ready` | readiness: 200 only when joined and not shutting down         |
+//! | `/metrics`              | Prometheus/OpenMetrics text (see `metrics.rs`)                |
+//!
+//! From stop-begin (draining) on, every response carries `Connection: close`, so keep-alive
+//! connections that survived endpoint removal do not ride into the exiting process.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::header::{CONNECTION, CONTENT_TYPE, HeaderValue};
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use troupe::ActorSystem;
+use troupe::cluster::Cluster;
+
+use crate::health::{self, Health, ProbeAnswer};
+use crate::metrics::AgentMetrics;
+use crate::reporter::ReporterHandle;
+
+/// Liveness probe path.
+pub const LIVENESS_PATH: &str = "/_troupe/health";
+/// Readiness probe path.
+pub const READINESS_PATH: &str = "/_troupe/health/ready";
+/// Metrics path.
+pub const METRICS_PATH: &str = "/metrics";
+
+/// What the listener serves from.
+#[derive(Debug, Clone)]
+pub struct Sources {
+    /// The actor system (mailbox depths).
+    pub system: ActorSystem,
+    /// The cluster (membership counts).
+    pub cluster: Cluster,
+    /// The health the probes report.
+    pub health: Health,
+    /// The metrics registry.
+    pub metrics: Arc<AgentMetrics>,
+    /// The reporter, when one runs.
+    pub reporter: Option<ReporterHandle>,
+}
+
+/// A running management listener.
+#[derive(Debug)]
+pub struct ManagementServer {
+    local_addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+type Body = Full<Bytes>;
+
+fn respond(status: u16, content_type: &'static str, body: impl Into<Bytes>) -> Response<Body> {
+    let mut response = Response::new(Full::new(body.into()));
+    *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+fn probe(answer: ProbeAnswer, sources: &Sources) -> Response<Body> {
+    let state = sources.health.state();
+    let mut body = serde_json::json!({ "status": answer.word, "state": state.as_str() });
+    if let Some(reason) = sources.health.reason() {
+        body["reason"] = serde_json::Value::from(reason);
+    }
+    respond(answer.status, "application/json", body.to_string())
+}
+
+fn route(request: &Request<Incoming>, sources: &Sources) -> Response<Body> {
+    let path = request.uri().path();
+    let known = [LIVENESS_PATH, READINESS_PATH, METRICS_PATH];
+    if !known.contains(&path) {
+        let body = serde_json::json!({
+            "error": format!("no endpoint at `{path}`; the agent serves {}", known.join(", ")),
+        });
+        return respond(404, "application/json", body.to_string());
+    }
+    if request.method() != Method::GET && request.method() != Method::HEAD {
+        let body = serde_json::json!({
+            "error": format!("`{path}` answers GET only, not {}", request.method()),
+        });
+        let mut response = respond(405, "application/json", body.to_string());
+        response
+            .headers_mut()
+            .insert("allow", HeaderValue::from_static("GET, HEAD"));
+        return response;
+    }
+    match path {
+        LIVENESS_PATH => probe(health::liveness(sources.health.state()), sources),
+        READINESS_PATH => probe(health::readiness(sources.health.state()), sources),
+        _ => respond(
+            200,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            sources.metrics.render(
+                &sources.system,
+                &sources.cluster,
+                &sources.health,
+                sources.reporter.as_ref(),
+            ),
+        ),
+    }
+}
+
+impl ManagementServer {
+    /// Serve on `listener` until [`ManagementServer::stop`].
+    pub fn serve(listener: TcpListener, sources: Sources) -> std::io::Result<Self> {
+        let local_addr = listener.local_addr()?;
+        let (stop, mut stopped) = watch::channel(false);
+        let sources = Arc::new(sources);
+        let task = tokio::spawn(async move {
+            loop {
+                let accepted = tokio::select! {
+                    biased;
+                    _ = stopped.changed() => return,
+                    accepted = listener.accept() => accepted,
+                };
+                let (stream, _) = match accepted {
+                    Ok(accepted) => accepted,
+                    Err(error) => {
+                        tracing::warn!(%error, "management listener: accept failed");
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let sources = Arc::clone(&sources);
+                tokio::spawn(async move {
+                    let service = service_fn(move |request: Request<Incoming>| {
+                        let sources = Arc::clone(&sources);
+                        async move {
+                            let mut response = route(&request, &sources);
+                            if sources.health.state().closes_connections() {
+                                response
+                                    .headers_mut()
+                                    .insert(CONNECTION, HeaderValue::from_static("close"));
+                            }
+                            Ok::<_, Infallible>(response)
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Ok(Self {
+            local_addr,
+            stop,
+            task,
+        })
+    }
+
+    /// The bound address (useful with port 0).
+    #[must_use]
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Stop accepting connections (requests in progress finish).
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}

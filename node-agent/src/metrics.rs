@@ -1,0 +1,390 @@
+//! The agent's Prometheus metrics (`/metrics` on the management listener, OpenMetrics text).
+//!
+//! Every name starts with `troupe_agent_`. Labels are bounded: dead-letter reasons and member
+//! statuses are closed sets; mailbox depth is one series per *watched* path or router (the
+//! application registers them with [`crate::Agent::watch_depth`]), never one per actor — a
+//! router's routees are summed into one series per router.
+//!
+//! Counters that other parts already keep (the reporter's) and gauges that describe current
+//! state (membership, depths, buffer) are read at scrape time, so nothing here runs per message
+//! except the dead-letter count.
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use troupe::cluster::{Cluster, MemberStatus};
+use troupe::{ActorSystem, DeadLetter, DeadLetterReason};
+
+use crate::health::{Health, HealthState};
+use crate::reporter::ReporterHandle;
+
+/// A dead letter's reason as a label value (a closed set).
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum Reason {
+    /// The recipient had stopped.
+    RecipientStopped,
+    /// No actor at the path.
+    UnknownRecipient,
+    /// A bounded mailbox was full.
+    MailboxFull,
+    /// An ask reply arrived after the asker gave up.
+    AskerGone,
+    /// A router had no routees.
+    NoRoutees,
+    /// Anything else.
+    Other,
+}
+
+impl Reason {
+    /// The label value of a runtime reason.
+    #[must_use]
+    pub fn of(reason: &DeadLetterReason) -> Self {
+        match reason {
+            DeadLetterReason::RecipientStopped => Self::RecipientStopped,
+            DeadLetterReason::UnknownRecipient => Self::UnknownRecipient,
+            DeadLetterReason::MailboxFull => Self::MailboxFull,
+            DeadLetterReason::AskerGone => Self::AskerGone,
+            DeadLetterReason::NoRoutees => Self::NoRoutees,
+            DeadLetterReason::Other(_) => Self::Other,
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::RecipientStopped => "recipient_stopped",
+            Self::UnknownRecipient => "unknown_recipient",
+            Self::MailboxFull => "mailbox_full",
+            Self::AskerGone => "asker_gone",
+            Self::NoRoutees => "no_routees",
+            Self::Other => "other",
+        }
+    }
+}
+
+impl EncodeLabelValue for Reason {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> std::fmt::Result {
+        std::fmt::Write::write_str(encoder, self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: Reason,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StatusLabels {
+    status: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PathLabels {
+    path: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouterLabels {
+    router: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: String,
+}
+
+/// A path whose mailbox depth is exported: alone (one series per path), or as a routee of
+/// `router` (summed into one series per router).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct DepthWatch {
+    path: String,
+    router: Option<String>,
+}
+
+/// The agent's metrics: the registry, the dead-letter counter, and the gauges filled at scrape.
+#[derive(Debug)]
+pub struct AgentMetrics {
+    registry: Registry,
+    dead_letters: Family<ReasonLabels, Counter>,
+    members: Family<StatusLabels, Gauge>,
+    unreachable: Gauge,
+    depth: Family<PathLabels, Gauge>,
+    router_depth: Family<RouterLabels, Gauge>,
+    health: Family<StateLabels, Gauge>,
+    buffer_items: Family<KindLabels, Gauge>,
+    buffer_capacity: Gauge,
+    dropped: Family<KindLabels, Counter>,
+    batches_shipped: Counter,
+    batches_failed: Counter,
+    events_buffered: Counter,
+    watches: Mutex<Vec<DepthWatch>>,
+    /// One scrape at a time: catching counters up from their sources is read-then-add.
+    scrape: Mutex<()>,
+}
+
+impl Default for AgentMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn catch_up(counter: &Counter, total: u64) {
+    let now = counter.get();
+    if total > now {
+        counter.inc_by(total - now);
+    }
+}
+
+impl AgentMetrics {
+    /// Registers every metric.
+    #[must_use]
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let dead_letters = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "troupe_agent_dead_letters",
+            "Messages that could not be delivered on this node, by reason",
+            dead_letters.clone(),
+        );
+        let members = Family::<StatusLabels, Gauge>::default();
+        registry.register(
+            "troupe_agent_members",
+            "Cluster members as this node sees them, by status",
+            members.clone(),
+        );
+        let unreachable = Gauge::default();
+        registry.register(
+            "troupe_agent_unreachable_members",
+            "Members this node (or a peer it heard from) finds unreachable",
+            unreachable.clone(),
+        );
+        let depth = Family::<PathLabels, Gauge>::default();
+        registry.register(
+            "troupe_agent_mailbox_depth",
+            "Messages waiting in the mailbox of each watched actor path",
+            depth.clone(),
+        );
+        let router_depth = Family::<RouterLabels, Gauge>::default();
+        registry.register(
+            "troupe_agent_router_mailbox_depth",
+            "Messages waiting in the mailboxes of a router's watched routees, summed per router",
+            router_depth.clone(),
+        );
+        let health = Family::<StateLabels, Gauge>::default();
+        registry.register(
+            "troupe_agent_health",
+            "1 for the agent's current health state, 0 for the others",
+            health.clone(),
+        );
+        let buffer_items = Family::<KindLabels, Gauge>::default();
+        registry.register(
+            "troupe_agent_reporter_buffer_items",
+            "Items waiting in the reporter's buffer (events, depth samples)",
+            buffer_items.clone(),
+        );
+        let buffer_capacity = Gauge::default();
+        registry.register(
+            "troupe_agent_reporter_buffer_capacity_items",
+            "Items the reporter's buffer holds before it drops the oldest",
+            buffer_capacity.clone(),
+        );
+        let dropped = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "troupe_agent_reporter_dropped",
+            "Items the reporter dropped because its buffer was full, by kind",
+            dropped.clone(),
+        );
+        let batches_shipped = Counter::default();
+        registry.register(
+            "troupe_agent_reporter_batches_shipped",
+            "Report batches the control plane acknowledged",
+            batches_shipped.clone(),
+        );
+        let batches_failed = Counter::default();
+        registry.register(
+            "troupe_agent_reporter_batches_failed",
+            "Report attempts that failed (each is retried with the same sequence)",
+            batches_failed.clone(),
+        );
+        let events_buffered = Counter::default();
+        registry.register(
+            "troupe_agent_reporter_events",
+            "Events handed to the reporter's buffer",
+            events_buffered.clone(),
+        );
+        Self {
+            registry,
+            dead_letters,
+            members,
+            unreachable,
+            depth,
+            router_depth,
+            health,
+            buffer_items,
+            buffer_capacity,
+            dropped,
+            batches_shipped,
+            batches_failed,
+            events_buffered,
+            watches: Mutex::new(Vec::new()),
+            scrape: Mutex::new(()),
+        }
+    }
+
+    /// Counts one dead letter.
+    pub fn dead_letter(&self, letter: &DeadLetter) {
+        self.dead_letters
+            .get_or_create(&ReasonLabels {
+                reason: Reason::of(&letter.reason),
+            })
+            .inc();
+    }
+
+    /// Export the mailbox depth of `path`, alone or summed into `router`'s series.
+    pub fn watch_depth(&self, path: &str, router: Option<&str>) {
+        let watch = DepthWatch {
+            path: path.to_owned(),
+            router: router.map(ToOwned::to_owned),
+        };
+        let mut watches = self.watches.lock();
+        if !watches.contains(&watch) {
+            watches.push(watch);
+        }
+    }
+
+    /// Count `system`'s dead letters from now on (a task that ends with the event stream).
+    pub fn count_dead_letters(self: &Arc<Self>, system: &ActorSystem) {
+        let mut letters = system.event_stream().subscribe::<DeadLetter>();
+        let metrics = Arc::clone(self);
+        tokio::spawn(async move {
+            while let Some(letter) = letters.recv().await {
+                metrics.dead_letter(&letter);
+            }
+        });
+    }
+
+    /// Read the current state and render the OpenMetrics text exposition.
+    #[must_use]
+    pub fn render(
+        &self,
+        system: &ActorSystem,
+        cluster: &Cluster,
+        health: &Health,
+        reporter: Option<&ReporterHandle>,
+    ) -> String {
+        let _one_at_a_time = self.scrape.lock();
+        self.observe_cluster(cluster);
+        self.observe_depths(system);
+        let current = health.state();
+        for state in HealthState::ALL {
+            self.health
+                .get_or_create(&StateLabels {
+                    state: state.as_str().to_owned(),
+                })
+                .set(i64::from(state == current));
+        }
+        if let Some(reporter) = reporter {
+            self.observe_reporter(reporter);
+        }
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    fn observe_cluster(&self, cluster: &Cluster) {
+        let view = cluster.view();
+        for status in [
+            MemberStatus::Joining,
+            MemberStatus::WeaklyUp,
+            MemberStatus::Up,
+            MemberStatus::Leaving,
+            MemberStatus::Exiting,
+            MemberStatus::Down,
+        ] {
+            let count = view.members.iter().filter(|m| m.status == status).count();
+            self.members
+                .get_or_create(&StatusLabels {
+                    status: status.name().to_owned(),
+                })
+                .set(i64::try_from(count).unwrap_or(i64::MAX));
+        }
+        self.unreachable
+            .set(i64::try_from(view.unreachable.len()).unwrap_or(i64::MAX));
+    }
+
+    fn observe_depths(&self, system: &ActorSystem) {
+        let watches = self.watches.lock().clone();
+        let mut routers: Vec<(String, i64)> = Vec::new();
+        for watch in &watches {
+            // A path that is not (or no longer) alive counts as empty.
+            let depth = system.resolve_any(&watch.path).map_or(0, |actor| {
+                i64::try_from(actor.mailbox_depth()).unwrap_or(i64::MAX)
+            });
+            match &watch.router {
+                None => {
+                    self.depth
+                        .get_or_create(&PathLabels {
+                            path: watch.path.clone(),
+                        })
+                        .set(depth);
+                }
+                Some(router) => match routers.iter_mut().find(|(name, _)| name == router) {
+                    Some((_, sum)) => *sum += depth,
+                    None => routers.push((router.clone(), depth)),
+                },
+            }
+        }
+        for (router, sum) in routers {
+            self.router_depth
+                .get_or_create(&RouterLabels { router })
+                .set(sum);
+        }
+    }
+
+    fn observe_reporter(&self, reporter: &ReporterHandle) {
+        let stats = reporter.stats();
+        let load = |v: &std::sync::atomic::AtomicU64| v.load(std::sync::atomic::Ordering::Relaxed);
+        catch_up(&self.batches_shipped, load(&stats.batches_acknowledged));
+        catch_up(&self.batches_failed, load(&stats.failed_attempts));
+        catch_up(&self.events_buffered, load(&stats.events_buffered));
+        let occupancy = reporter.occupancy();
+        for (kind, items) in [
+            ("event", occupancy.events),
+            ("depth_sample", occupancy.depth_samples),
+        ] {
+            self.buffer_items
+                .get_or_create(&KindLabels {
+                    kind: kind.to_owned(),
+                })
+                .set(i64::try_from(items).unwrap_or(i64::MAX));
+        }
+        self.buffer_capacity
+            .set(i64::try_from(occupancy.capacity).unwrap_or(i64::MAX));
+        let dropped = occupancy.dropped_total;
+        for (kind, total) in [
+            ("membership", dropped.membership),
+            ("singleton", dropped.singleton),
+            ("router", dropped.router),
+            ("dead_letter", dropped.dead_letters),
+            ("health", dropped.health),
+            ("depth_sample", dropped.depth_samples),
+        ] {
+            catch_up(
+                &self.dropped.get_or_create(&KindLabels {
+                    kind: kind.to_owned(),
+                }),
+                total,
+            );
+        }
+    }
+}
