@@ -581,51 +581,39 @@ impl Store {
             .await?))
     }
 
-    /// How many depth ticks a cluster (or agent address `node`) stored in
-    /// `[since_ms, until_ms)`, counting at most `cap`.
-    pub async fn count_depth_ticks(
+    /// A cluster's (or agent address `node`'s) depth ticks taken within any of the
+    /// `[start, end)` windows, newest first, at most `limit`: a chart of a busy hour reads a
+    /// few seconds at the start of each bucket, each one narrow range of the time index.
+    pub async fn depth_ticks_in(
         &self,
         cluster_id: i64,
         node: Option<&str>,
-        since_ms: i64,
-        until_ms: i64,
-        cap: i64,
-    ) -> Result<i64, StoreError> {
-        Ok(with_pool!(self, |pool| sqlx::query_scalar(
-            sql::COUNT_DEPTH_TICKS
-        )
-        .bind(cluster_id)
-        .bind(since_ms)
-        .bind(until_ms)
-        .bind(node.unwrap_or(""))
-        .bind(cap)
-        .fetch_one(pool)
-        .await?))
-    }
-
-    /// A cluster's (or agent address `node`'s) depth ticks in `[since_ms, until_ms)`, newest
-    /// first, at most `limit`, keeping only ticks taken in a second divisible by `every`
-    /// (1 keeps all): a chart of a busy hour reads a thinned, evenly spread sample.
-    pub async fn depth_ticks_thinned(
-        &self,
-        cluster_id: i64,
-        node: Option<&str>,
-        since_ms: i64,
-        until_ms: i64,
-        every: i64,
+        windows: &[(i64, i64)],
         limit: i64,
     ) -> Result<Vec<DepthTickRow>, StoreError> {
-        Ok(with_pool!(self, |pool| sqlx::query_as(
-            sql::DEPTH_TICKS_THINNED
-        )
-        .bind(cluster_id)
-        .bind(since_ms)
-        .bind(until_ms)
-        .bind(node.unwrap_or(""))
-        .bind(every.max(1))
-        .bind(limit)
-        .fetch_all(pool)
-        .await?))
+        if windows.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(with_pool!(self, |pool| {
+            let mut q = sqlx::QueryBuilder::new(sql::DEPTH_TICKS_SELECT);
+            q.push_bind(cluster_id);
+            if let Some(node) = node {
+                q.push(" AND a.node = ").push_bind(node.to_owned());
+            }
+            q.push(" AND (");
+            for (i, (start, end)) in windows.iter().enumerate() {
+                if i > 0 {
+                    q.push(" OR ");
+                }
+                q.push("(t.at_ms >= ")
+                    .push_bind(*start)
+                    .push(" AND t.at_ms < ")
+                    .push_bind(*end)
+                    .push(")");
+            }
+            q.push(") ORDER BY t.at_ms DESC LIMIT ").push_bind(limit);
+            q.build_query_as().fetch_all(pool).await?
+        }))
     }
 
     /// How many events (dead letters apart) a cluster stored from `since_ms` on, counting at

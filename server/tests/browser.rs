@@ -178,7 +178,7 @@ fn history(t: i64) -> Vec<ReportBatch> {
     for i in 0..100 {
         let depth = (20.0 + 18.0 * (f64::from(i) / 6.0).sin()) as u32;
         first = first.depth_tick(
-            ago(49.0) + i64::from(i) * 29_000,
+            ago(0.2) - i64::from(99 - i) * 29_000,
             &[
                 ("/user/order-worker", Some("/user/orders"), depth),
                 ("/user/audit", None, depth / 3),
@@ -190,7 +190,7 @@ fn history(t: i64) -> Vec<ReportBatch> {
         .event(ago(41.4), health(AgentHealth::Ready));
     for i in 0..80 {
         second = second.depth_tick(
-            ago(39.5) + i64::from(i) * 29_000,
+            ago(0.3) - i64::from(79 - i) * 29_000,
             &[("/user/order-worker", Some("/user/orders"), (i % 12) * 3)],
         );
     }

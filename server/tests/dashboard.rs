@@ -164,13 +164,19 @@ fn seed(t: i64) -> Vec<ReportBatch> {
             }),
         )
         .dead_letter(t - 120_000, "/user/gone", "OrderPlaced")
-        .depth_tick(
-            t - 20_000,
-            &[("/user/order-worker", Some("/user/orders"), 42)],
-        )
         .dropped(DroppedCounts {
             dead_letters: 3,
             ..DroppedCounts::default()
+        });
+    // A sample every 5 s for three minutes (charts of many agents read part of each minute),
+    // the newest the deepest.
+    let first = (1..=32)
+        .fold(first, |batch, i| {
+            let depth = if i == 32 { 42 } else { 5 };
+            batch.depth_tick(
+                t - 180_000 + i * 5_000,
+                &[("/user/order-worker", Some("/user/orders"), depth)],
+            )
         })
         .build();
     let second = BatchBuilder::new("prod", b, 1)

@@ -112,6 +112,8 @@ try {
   await shot(page, 'timeline');
   await page.goto(base + '/ui/routers' + q);
   check(await page.locator('[data-router="/user/orders"] polyline').count() > 0, 'routers have depth charts');
+  check(await page.locator('#routers > section').first().locator('tbody tr').count() > 0,
+        'the deepest mailboxes now are listed');
   await shot(page, 'routers');
   await page.goto(base + '/ui/singletons' + q);
   await page.click('[data-singleton="billing"] .stat .value a');

@@ -432,8 +432,8 @@ pub struct RoutersPage {
     pub deepest: Vec<MailboxView>,
     /// The charts' range, in words.
     pub range_label: String,
-    /// The charts read one in this many depth samples (1: every one).
-    pub sample_every: i64,
+    /// How much of each minute the charts read (100: all of it).
+    pub sampled_percent: i64,
 }
 
 /// A dead letter row.

@@ -176,21 +176,11 @@ FROM depth_ticks t JOIN agents a ON a.id = t.agent_id
 WHERE t.cluster_id = $1 AND t.at_ms >= $2 AND t.at_ms < $3
 ORDER BY t.at_ms LIMIT $4";
 
-/// Ticks in a range (of one agent's address when `$4` is not empty), at most `$5` counted:
-/// how thin [`DEPTH_TICKS_THINNED`] must read.
-pub(crate) const COUNT_DEPTH_TICKS: &str = "\
-SELECT COUNT(*) FROM (SELECT 1 FROM depth_ticks t JOIN agents a ON a.id = t.agent_id
-WHERE t.cluster_id = $1 AND t.at_ms >= $2 AND t.at_ms < $3 AND ($4 = '' OR a.node = $4)
-LIMIT $5) AS t";
-
-/// The newest ticks first, keeping only those taken in a second divisible by `$5` (agents
-/// sample every second or slower, so this keeps about one in `$5` of each agent's ticks).
-pub(crate) const DEPTH_TICKS_THINNED: &str = "\
+/// Followed by the bound cluster id, the node filter and the time windows.
+pub(crate) const DEPTH_TICKS_SELECT: &str = "\
 SELECT t.at_ms, a.node, t.samples
 FROM depth_ticks t JOIN agents a ON a.id = t.agent_id
-WHERE t.cluster_id = $1 AND t.at_ms >= $2 AND t.at_ms < $3 AND ($4 = '' OR a.node = $4)
-    AND (t.at_ms / 1000) % $5 = 0
-ORDER BY t.at_ms DESC LIMIT $6";
+WHERE t.cluster_id = ";
 
 /// Counts at most `$3` rows (one range of the time index), so the count of a busy hour stays
 /// cheap: the dashboard shows `≥ cap` then.

@@ -14,8 +14,8 @@ use crate::store::{AgentRow, ClusterRow, DeadLetterFilter, MemberRow};
 
 /// Clusters shown at most (by name).
 const MAX_CLUSTERS: usize = 20;
-/// Events counted at most per cluster and hour.
-const COUNT_CAP: i64 = 100_000;
+/// Events counted at most per cluster and hour (counting walks the time index).
+const COUNT_CAP: i64 = 20_000;
 /// An agent silent this long is marked stale.
 const STALE_MS: i64 = 60_000;
 

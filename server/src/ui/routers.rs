@@ -16,11 +16,9 @@ use crate::app::AppState;
 
 /// Routers shown at most.
 const MAX_ROUTERS: usize = 50;
-/// Depth ticks a chart reads at most: more in range, and the query keeps an evenly spread
-/// subset (see [`Store::depth_ticks_thinned`](crate::store::Store::depth_ticks_thinned)).
+/// Depth ticks a chart reads at most, about: with more agents each bucket reads only the
+/// first seconds of its minute (agents sample at most once a second).
 const CHART_TICKS: i64 = 4_000;
-/// Ticks counted at most to decide how thin to read.
-const COUNT_CAP: i64 = 2_000_000;
 /// Ticks the "deepest now" table reads at most (the newest, from the last minute).
 const NOW_TICKS: i64 = 2_000;
 /// The charts' range.
@@ -45,24 +43,49 @@ pub(crate) struct Tick {
     samples: Vec<DepthSample>,
 }
 
+/// The time windows a chart over `[since_ms, until_ms)` reads for `agents` sampling agents:
+/// the whole range when that stays under [`CHART_TICKS`] ticks, else the first seconds of each
+/// bucket; and the share of each bucket read (1.0: all of it).
+pub(crate) fn chart_windows(since_ms: i64, until_ms: i64, agents: i64) -> (Vec<(i64, i64)>, f64) {
+    let bucket_ms = ((until_ms - since_ms) / BUCKETS).max(1);
+    let per_bucket_ms = CHART_TICKS * 1000 / (BUCKETS * agents.max(1));
+    if per_bucket_ms >= bucket_ms {
+        return (vec![(since_ms, until_ms)], 1.0);
+    }
+    let width = per_bucket_ms.max(1000);
+    let windows = (0..BUCKETS)
+        .map(|i| {
+            let start = since_ms + i * bucket_ms;
+            (start, (start + width).min(until_ms))
+        })
+        .collect();
+    (windows, width as f64 / bucket_ms as f64)
+}
+
 /// The depth ticks of the last hour for charts (of one node's agent when `node` is given),
-/// oldest first, at most about [`CHART_TICKS`], evenly thinned when the hour holds more; and
-/// the thinning (one in how many).
+/// oldest first, at most about [`CHART_TICKS`]; and the share of each bucket they cover.
 pub(crate) async fn chart_ticks(
     state: &AppState,
     cluster_id: i64,
     node: Option<&str>,
     since_ms: i64,
     until_ms: i64,
-) -> Result<(Vec<Tick>, i64), UiError> {
-    let stored = state
-        .store
-        .count_depth_ticks(cluster_id, node, since_ms, until_ms, COUNT_CAP)
-        .await?;
-    let every = ((stored + CHART_TICKS - 1) / CHART_TICKS).max(1);
+) -> Result<(Vec<Tick>, f64), UiError> {
+    let agents = match node {
+        Some(_) => 1,
+        None => {
+            let mut addresses = HashSet::new();
+            let agents = state.store.agents(cluster_id).await?;
+            agents
+                .iter()
+                .filter(|a| a.last_report_ms >= since_ms && addresses.insert(a.node.as_str()))
+                .count() as i64
+        }
+    };
+    let (windows, share) = chart_windows(since_ms, until_ms, agents);
     let mut rows = state
         .store
-        .depth_ticks_thinned(cluster_id, node, since_ms, until_ms, every, 2 * CHART_TICKS)
+        .depth_ticks_in(cluster_id, node, &windows, 2 * CHART_TICKS)
         .await?;
     rows.reverse();
     let ticks = rows
@@ -75,7 +98,7 @@ pub(crate) async fn chart_ticks(
             })
         })
         .collect();
-    Ok((ticks, every))
+    Ok((ticks, share))
 }
 
 /// A chart line: its label and `(at_ms, value)` points, oldest first.
@@ -139,12 +162,10 @@ pub(crate) async fn deepest(
 ) -> Result<Vec<MailboxView>, UiError> {
     let newest_first = state
         .store
-        .depth_ticks_thinned(
+        .depth_ticks_in(
             cluster_id,
             node,
-            ctx.now_ms - NOW_MS,
-            ctx.now_ms + 1,
-            1,
+            &[(ctx.now_ms - NOW_MS, ctx.now_ms + 1)],
             NOW_TICKS,
         )
         .await?;
@@ -179,7 +200,7 @@ async fn build(state: &AppState, req: &HttpRequest) -> Result<RoutersPage, UiErr
         routers: Vec::new(),
         deepest: Vec::new(),
         range_label: "last hour (mean per minute)".to_owned(),
-        sample_every: 1,
+        sampled_percent: 100,
     };
     let Some(cluster) = &ctx.cluster else {
         return Ok(page);
@@ -187,8 +208,8 @@ async fn build(state: &AppState, req: &HttpRequest) -> Result<RoutersPage, UiErr
     let until_ms = ctx.now_ms + 1;
     let since_ms = until_ms - RANGE_MS;
     page.deepest = deepest(state, &ctx, cluster.id, None).await?;
-    let (ticks, every) = chart_ticks(state, cluster.id, None, since_ms, until_ms).await?;
-    page.sample_every = every;
+    let (ticks, share) = chart_ticks(state, cluster.id, None, since_ms, until_ms).await?;
+    page.sampled_percent = (share * 100.0).round() as i64;
     let mut series = series_by(&ticks, since_ms, RANGE_MS / BUCKETS, |s| {
         s.router.as_deref()
     });
@@ -236,6 +257,18 @@ mod tests {
                 })
                 .collect(),
         }
+    }
+
+    #[test]
+    fn charts_read_the_whole_hour_for_few_agents_and_the_start_of_each_minute_for_many() {
+        let (windows, share) = chart_windows(0, 3_600_000, 1);
+        assert_eq!((windows, share), (vec![(0, 3_600_000)], 1.0));
+        let (windows, share) = chart_windows(0, 3_600_000, 8);
+        assert_eq!(windows.len(), 60);
+        assert_eq!(windows[1], (60_000, 68_333));
+        assert!((share - 8.333 / 60.0).abs() < 0.001);
+        let (windows, _) = chart_windows(0, 3_600_000, 10_000);
+        assert_eq!(windows[0], (0, 1_000), "at least a second per minute");
     }
 
     #[test]
