@@ -62,7 +62,9 @@ async fn run() {
     let server = StandIn::start().await.expect("the stand-in starts");
     let client = server.client();
     let timing = KubeTiming::default();
-    println!("KubeLease against the stand-in API server on loopback (NOT a real Kubernetes API server)");
+    println!(
+        "KubeLease against the stand-in API server on loopback (NOT a real Kubernetes API server)"
+    );
     println!("timing: {timing}; {samples} samples per row\n");
     println!("| operation                          | samples |   p50 (ms) |   p99 (ms) |");
     println!("|------------------------------------|---------|------------|------------|");
@@ -70,8 +72,14 @@ async fn run() {
     // Acquire of a new Lease (GET 404 + POST).
     let mut new = Vec::with_capacity(samples);
     for i in 0..samples {
-        let lease = KubeLease::new(client.clone(), "default", &format!("new-{i}"), "bench", timing)
-            .expect("valid timing");
+        let lease = KubeLease::new(
+            client.clone(),
+            "default",
+            &format!("new-{i}"),
+            "bench",
+            timing,
+        )
+        .expect("valid timing");
         let start = Instant::now();
         let token = lease.acquire(Box::new(|_| {})).await.expect("acquire");
         new.push(start.elapsed());
@@ -112,16 +120,25 @@ async fn run() {
     }
     row("renew (PUT with resourceVersion)", &mut renew);
 
-    println!("\nholder death → next holder's acquire (default timing, acquire retried every {DEFAULT_RETRY:?}):\n");
+    println!(
+        "\nholder death → next holder's acquire (default timing, acquire retried every {DEFAULT_RETRY:?}):\n"
+    );
     println!("| trial | death after last renewal (s) | next acquire after death (s) |");
     println!("|-------|------------------------------|------------------------------|");
     for trial in 0..deaths {
         let name = format!("death-{trial}");
-        let holder = KubeLease::new(client.clone(), "default", &name, "holder", timing).expect("valid");
+        let holder =
+            KubeLease::new(client.clone(), "default", &name, "holder", timing).expect("valid");
         let next = KubeLease::new(client.clone(), "default", &name, "next", timing).expect("valid");
-        holder.acquire(Box::new(|_| {})).await.expect("acquire").expect("free");
+        holder
+            .acquire(Box::new(|_| {}))
+            .await
+            .expect("acquire")
+            .expect("free");
         // Die at a different point of the renewal cycle in each trial.
-        let phase = timing.renew_interval.mul_f64((trial as f64 + 0.5) / deaths as f64);
+        let phase = timing
+            .renew_interval
+            .mul_f64((trial as f64 + 0.5) / deaths as f64);
         tokio::time::sleep(timing.renew_interval + phase).await;
         let renewed: LeaseObject = api.get(&name).await.expect("exists");
         let last_renewal = renewed.spec.and_then(|s| s.renew_time).expect("renewed").0;
@@ -130,7 +147,12 @@ async fn run() {
         let since_renewal = (chrono::Utc::now() - last_renewal).num_milliseconds() as f64 / 1e3;
         // The contender tries at once, then every DEFAULT_RETRY, as the singleton manager does.
         loop {
-            if next.acquire(Box::new(|_| {})).await.expect("acquire").is_some() {
+            if next
+                .acquire(Box::new(|_| {}))
+                .await
+                .expect("acquire")
+                .is_some()
+            {
                 break;
             }
             tokio::time::sleep(DEFAULT_RETRY).await;

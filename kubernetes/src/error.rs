@@ -16,7 +16,11 @@ pub fn describe(error: &kube::Error) -> String {
         kube::Error::Api(status) => format!(
             "{} {} ({})",
             status.code,
-            if status.reason.is_empty() { "Failure" } else { &status.reason },
+            if status.reason.is_empty() {
+                "Failure"
+            } else {
+                &status.reason
+            },
             status.message
         ),
         kube::Error::SerdeError(e) => {

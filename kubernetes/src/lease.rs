@@ -115,7 +115,12 @@ impl KubeLease {
 
 impl Inner {
     fn provider_error(&self, what: &str, error: &kube::Error) -> LeaseError {
-        let reason = format!("{what} Lease {}/{}: {}", self.namespace, self.name, describe(error));
+        let reason = format!(
+            "{what} Lease {}/{}: {}",
+            self.namespace,
+            self.name,
+            describe(error)
+        );
         match error {
             kube::Error::Api(_) | kube::Error::SerdeError(_) => LeaseError::Provider {
                 lease: self.name.clone(),
@@ -192,7 +197,11 @@ pub(crate) fn observe(
     }
     let duration = match spec.lease_duration_seconds {
         Some(d) if d > 0 => chrono::Duration::seconds(i64::from(d)),
-        Some(d) => return Err(format!("spec.leaseDurationSeconds must be positive, got {d}")),
+        Some(d) => {
+            return Err(format!(
+                "spec.leaseDurationSeconds must be positive, got {d}"
+            ));
+        }
         None => chrono::Duration::from_std(fallback_ttl).unwrap_or(chrono::Duration::MAX),
     };
     let expired = match (&holder, spec.renew_time.or(spec.acquire_time)) {
@@ -328,7 +337,10 @@ impl Lease for KubeLease {
             let Some(mut object) = current else {
                 return Ok(());
             };
-            let ours = object.spec.as_ref().and_then(|s| s.holder_identity.as_deref())
+            let ours = object
+                .spec
+                .as_ref()
+                .and_then(|s| s.holder_identity.as_deref())
                 == Some(inner.owner.as_str());
             if !ours {
                 return Ok(());
@@ -361,7 +373,11 @@ impl Lease for KubeLease {
     }
 
     fn fencing_token(&self) -> Option<FencingToken> {
-        self.inner.held.lock().as_ref().map(|h| FencingToken(h.token))
+        self.inner
+            .held
+            .lock()
+            .as_ref()
+            .map(|h| FencingToken(h.token))
     }
 }
 
@@ -423,9 +439,15 @@ async fn renew(
         wait = inner.timing.renew_interval;
         match answer {
             Ok(Ok(renewed)) => {
-                let holder = renewed.spec.as_ref().and_then(|s| s.holder_identity.clone());
+                let holder = renewed
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.holder_identity.clone());
                 if holder.as_deref() != Some(inner.owner.as_str()) {
-                    report(&inner, format!("the renewed Lease names {holder:?} as holder"));
+                    report(
+                        &inner,
+                        format!("the renewed Lease names {holder:?} as holder"),
+                    );
                     return;
                 }
                 last = renewed;
@@ -434,12 +456,18 @@ async fn renew(
             Ok(Err(e)) if api_code(&e) == Some(409) => {
                 report(
                     &inner,
-                    format!("renewal refused with 409 Conflict: another writer changed the Lease ({})", describe(&e)),
+                    format!(
+                        "renewal refused with 409 Conflict: another writer changed the Lease ({})",
+                        describe(&e)
+                    ),
                 );
                 return;
             }
             Ok(Err(e)) if api_code(&e) == Some(404) => {
-                report(&inner, "renewal answered 404 NotFound: the Lease was deleted".to_owned());
+                report(
+                    &inner,
+                    "renewal answered 404 NotFound: the Lease was deleted".to_owned(),
+                );
                 return;
             }
             Ok(Err(e)) => {

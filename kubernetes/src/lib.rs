@@ -45,7 +45,8 @@ pub async fn client(url: Option<&str>) -> Result<kube::Client, ClientError> {
             ))
         })?,
     };
-    kube::Client::try_from(config).map_err(|e| ClientError(format!("cannot build the Kubernetes client: {e}")))
+    kube::Client::try_from(config)
+        .map_err(|e| ClientError(format!("cannot build the Kubernetes client: {e}")))
 }
 
 /// Why no client could be built.

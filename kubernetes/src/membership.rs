@@ -95,8 +95,7 @@ impl KubeMembershipSettings {
         let label = |s: &str, max: usize| {
             !s.is_empty()
                 && s.len() <= max
-                && s
-                    .bytes()
+                && s.bytes()
                     .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
                 && s.as_bytes()[0].is_ascii_alphanumeric()
                 && s.as_bytes()[s.len() - 1].is_ascii_alphanumeric()
@@ -148,7 +147,11 @@ pub struct MalformedLease {
 
 /// Read a member Lease; a malformed one is an error naming the Lease and the problem.
 pub fn parse_member_lease(object: &LeaseObject) -> Result<PeerLease, MalformedLease> {
-    let lease = object.metadata.name.clone().unwrap_or_else(|| "?".to_owned());
+    let lease = object
+        .metadata
+        .name
+        .clone()
+        .unwrap_or_else(|| "?".to_owned());
     let err = |problem: String| MalformedLease {
         lease: lease.clone(),
         problem,
@@ -244,7 +247,10 @@ impl fmt::Debug for KubeMembership {
 
 impl KubeMembership {
     /// Lease membership through `client` (see [`crate::client`] for credentials).
-    pub fn new(client: kube::Client, settings: KubeMembershipSettings) -> Result<Self, TimingError> {
+    pub fn new(
+        client: kube::Client,
+        settings: KubeMembershipSettings,
+    ) -> Result<Self, TimingError> {
         settings.validate()?;
         Ok(Self {
             client,
@@ -350,7 +356,7 @@ impl Shell {
                 settings.roles.clone(),
                 lease.clone(),
                 settings.timing,
-                Now::now(),
+                Now::current(),
             ),
             settings,
             me,
@@ -383,7 +389,7 @@ impl Shell {
                 Some(event) = event_rx.recv() => event,
                 _ = ticker.tick() => Event::Tick,
             };
-            let actions = self.machine.step(event, Now::now());
+            let actions = self.machine.step(event, Now::current());
             let mut stop = false;
             for action in actions {
                 stop |= self.perform(action, &events).await;
@@ -405,13 +411,15 @@ impl Shell {
                 let events = events.clone();
                 let limit = self.settings.timing.renew_interval;
                 tokio::spawn(async move {
-                    let result =
-                        match tokio::time::timeout(limit, api.create(&PostParams::default(), &object))
-                            .await
-                        {
-                            Ok(answer) => write_result(answer),
-                            Err(_) => Err(WriteError::Other(format!("no answer within {limit:?}"))),
-                        };
+                    let result = match tokio::time::timeout(
+                        limit,
+                        api.create(&PostParams::default(), &object),
+                    )
+                    .await
+                    {
+                        Ok(answer) => write_result(answer),
+                        Err(_) => Err(WriteError::Other(format!("no answer within {limit:?}"))),
+                    };
                     let _ = events.send(Event::Created(result));
                 });
             }
@@ -488,8 +496,12 @@ impl Shell {
                 let own = lease == self.lease;
                 let delete = async move {
                     match tokio::time::timeout(limit, api.delete(&lease, &params)).await {
-                        Ok(Ok(_)) => tracing::info!(%lease, "deleted an expired or downed member Lease"),
-                        Ok(Err(e)) => tracing::debug!(%lease, error = %describe(&e), "member Lease not deleted"),
+                        Ok(Ok(_)) => {
+                            tracing::info!(%lease, "deleted an expired or downed member Lease")
+                        }
+                        Ok(Err(e)) => {
+                            tracing::debug!(%lease, error = %describe(&e), "member Lease not deleted")
+                        }
                         Err(_) => tracing::debug!(%lease, "member Lease delete timed out"),
                     }
                 };
@@ -553,9 +565,7 @@ fn delete_params(resource_version: Option<String>) -> DeleteParams {
     }
 }
 
-fn write_result<T: kube::Resource>(
-    answer: Result<T, kube::Error>,
-) -> Result<String, WriteError> {
+fn write_result<T: kube::Resource>(answer: Result<T, kube::Error>) -> Result<String, WriteError> {
     match answer {
         Ok(object) => Ok(object.meta().resource_version.clone().unwrap_or_default()),
         Err(e) => Err(write_error(&e)),
@@ -573,7 +583,11 @@ fn write_error(error: &kube::Error) -> WriteError {
 /// Turn a raw object from the list or watch into a member Lease, logging (not failing on) a
 /// malformed one.
 fn member_of(object: &DynamicObject) -> Option<PeerLease> {
-    let name = object.metadata.name.clone().unwrap_or_else(|| "?".to_owned());
+    let name = object
+        .metadata
+        .name
+        .clone()
+        .unwrap_or_else(|| "?".to_owned());
     let parsed = serde_json::to_value(object)
         .and_then(serde_json::from_value::<LeaseObject>)
         .map_err(|e| MalformedLease {
@@ -591,7 +605,11 @@ fn member_of(object: &DynamicObject) -> Option<PeerLease> {
 }
 
 /// List, then watch, the cluster's Leases; relist after a `410` or a broken stream.
-async fn watch_leases(api: Api<DynamicObject>, selector: String, events: mpsc::UnboundedSender<Event>) {
+async fn watch_leases(
+    api: Api<DynamicObject>,
+    selector: String,
+    events: mpsc::UnboundedSender<Event>,
+) {
     let backoff = Duration::from_millis(200);
     loop {
         let list = match api.list(&ListParams::default().labels(&selector)).await {

@@ -51,7 +51,10 @@ impl KubeTiming {
             ));
         }
         if self.ttl.as_secs() > i32::MAX as u64 {
-            return err(format!("ttl {:?} is too long for leaseDurationSeconds", self.ttl));
+            return err(format!(
+                "ttl {:?} is too long for leaseDurationSeconds",
+                self.ttl
+            ));
         }
         if self.renew_interval.is_zero() {
             return err("renew_interval must be greater than zero".to_owned());
@@ -114,12 +117,23 @@ mod tests {
             ttl: Duration::from_millis(1500),
             ..KubeTiming::default()
         };
-        assert!(fractional.validate().unwrap_err().to_string().contains("whole number"));
+        assert!(
+            fractional
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("whole number")
+        );
         let skew = KubeTiming {
             ttl: Duration::from_secs(1),
             renew_interval: Duration::from_millis(100),
             max_clock_skew: Duration::from_secs(1),
         };
-        assert!(skew.validate().unwrap_err().to_string().contains("max_clock_skew"));
+        assert!(
+            skew.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("max_clock_skew")
+        );
     }
 }

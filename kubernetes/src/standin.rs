@@ -356,17 +356,18 @@ impl Server {
     ) -> Response<Body> {
         match (method, target) {
             (&Method::GET, Target::Collection { namespace }) => {
-                let selector = match Selector::parse(query.get("labelSelector").map_or("", |s| s))
-                {
+                let selector = match Selector::parse(query.get("labelSelector").map_or("", |s| s)) {
                     Ok(selector) => selector,
                     Err(message) => {
-                        return status_response(StatusCode::BAD_REQUEST, "BadRequest", &message, None);
+                        return status_response(
+                            StatusCode::BAD_REQUEST,
+                            "BadRequest",
+                            &message,
+                            None,
+                        );
                     }
                 };
-                if query
-                    .get("watch")
-                    .is_some_and(|w| w == "1" || w == "true")
-                {
+                if query.get("watch").is_some_and(|w| w == "1" || w == "true") {
                     self.watch(namespace, selector, query)
                 } else {
                     self.list(&namespace, &selector)
@@ -399,7 +400,9 @@ impl Server {
             (method, _) => status_response(
                 StatusCode::METHOD_NOT_ALLOWED,
                 "MethodNotAllowed",
-                &format!("the server does not allow this method on the requested resource: {method}"),
+                &format!(
+                    "the server does not allow this method on the requested resource: {method}"
+                ),
                 None,
             ),
         }
@@ -450,7 +453,7 @@ impl Server {
                 );
             }
         };
-        if let Err(response) = check_kind(&object) {
+        if let Some(response) = check_kind(&object) {
             return response;
         }
         let Some(name) = object
@@ -458,9 +461,12 @@ impl Server {
             .and_then(Value::as_str)
             .map(str::to_owned)
         else {
-            return invalid("", "metadata.name: Required value: name or generateName is required");
+            return invalid(
+                "",
+                "metadata.name: Required value: name or generateName is required",
+            );
         };
-        if let Err(response) = validate(&name, &object) {
+        if let Some(response) = validate(&name, &object) {
             return response;
         }
         {
@@ -477,7 +483,11 @@ impl Server {
             store.revision += 1;
             store.uids += 1;
             let revision = store.revision;
-            let uid = format!("6f1e2d3c-{:04x}-4b5a-9c8d-{:012x}", store.uids % 0xffff, store.uids);
+            let uid = format!(
+                "6f1e2d3c-{:04x}-4b5a-9c8d-{:012x}",
+                store.uids % 0xffff,
+                store.uids
+            );
             object["apiVersion"] = json!(API_VERSION);
             object["kind"] = json!("Lease");
             set_meta(&mut object, "namespace", json!(namespace));
@@ -503,7 +513,7 @@ impl Server {
                 );
             }
         };
-        if let Err(response) = check_kind(&object) {
+        if let Some(response) = check_kind(&object) {
             return response;
         }
         let body_name = object.pointer("/metadata/name").and_then(Value::as_str);
@@ -518,7 +528,7 @@ impl Server {
                 None,
             );
         }
-        if let Err(response) = validate(name, &object) {
+        if let Some(response) = validate(name, &object) {
             return response;
         }
         let answer = {
@@ -642,7 +652,9 @@ impl Server {
                         store
                             .objects
                             .iter()
-                            .filter(|((ns, _), object)| *ns == namespace && selector.matches(object))
+                            .filter(|((ns, _), object)| {
+                                *ns == namespace && selector.matches(object)
+                            })
                             .map(|(_, object)| event_line("ADDED", object))
                             .collect(),
                         store.revision,
@@ -755,7 +767,9 @@ impl hyper::body::Body for ChannelBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        self.0.poll_recv(cx).map(|line| line.map(|b| Ok(Frame::data(b))))
+        self.0
+            .poll_recv(cx)
+            .map(|line| line.map(|b| Ok(Frame::data(b))))
     }
 }
 
@@ -871,11 +885,12 @@ impl Selector {
     }
 }
 
-fn check_kind(object: &Value) -> Result<(), Response<Body>> {
+/// The `400` answer when `object` is not a `coordination.k8s.io/v1` Lease.
+fn check_kind(object: &Value) -> Option<Response<Body>> {
     let kind = object.get("kind").and_then(Value::as_str);
     let api_version = object.get("apiVersion").and_then(Value::as_str);
     if kind.is_some_and(|k| k != "Lease") || api_version.is_some_and(|v| v != API_VERSION) {
-        return Err(status_response(
+        return Some(status_response(
             StatusCode::BAD_REQUEST,
             "BadRequest",
             &format!(
@@ -885,11 +900,11 @@ fn check_kind(object: &Value) -> Result<(), Response<Body>> {
             None,
         ));
     }
-    Ok(())
+    None
 }
 
 /// The API server's validation of a Lease (the parts this stand-in enforces).
-fn validate(name: &str, object: &Value) -> Result<(), Response<Body>> {
+fn validate(name: &str, object: &Value) -> Option<Response<Body>> {
     let dns_subdomain = !name.is_empty()
         && name.len() <= 253
         && name
@@ -898,7 +913,7 @@ fn validate(name: &str, object: &Value) -> Result<(), Response<Body>> {
         && name.as_bytes()[0].is_ascii_alphanumeric()
         && name.as_bytes()[name.len() - 1].is_ascii_alphanumeric();
     if !dns_subdomain {
-        return Err(invalid(
+        return Some(invalid(
             name,
             &format!(
                 "metadata.name: Invalid value: {name:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
@@ -907,21 +922,25 @@ fn validate(name: &str, object: &Value) -> Result<(), Response<Body>> {
     }
     if let Some(duration) = object.pointer("/spec/leaseDurationSeconds") {
         if duration.as_i64().is_none_or(|d| d <= 0) {
-            return Err(invalid(
+            return Some(invalid(
                 name,
-                &format!("spec.leaseDurationSeconds: Invalid value: {duration}: must be greater than 0"),
+                &format!(
+                    "spec.leaseDurationSeconds: Invalid value: {duration}: must be greater than 0"
+                ),
             ));
         }
     }
     if let Some(transitions) = object.pointer("/spec/leaseTransitions") {
         if transitions.as_i64().is_none_or(|t| t < 0) {
-            return Err(invalid(
+            return Some(invalid(
                 name,
-                &format!("spec.leaseTransitions: Invalid value: {transitions}: must be greater than or equal to 0"),
+                &format!(
+                    "spec.leaseTransitions: Invalid value: {transitions}: must be greater than or equal to 0"
+                ),
             ));
         }
     }
-    Ok(())
+    None
 }
 
 fn invalid(name: &str, message: &str) -> Response<Body> {

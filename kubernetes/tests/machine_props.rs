@@ -46,24 +46,57 @@ fn peer(i: u16, now: Now, rv: u64) -> PeerLease {
 /// Start a machine and bring it up: tick → create → created.
 fn up(now: Now) -> MembershipMachine {
     let mut m = machine(now);
-    assert_eq!(m.step(Event::Tick, now), vec![Action::Create]);
+    assert!(m.step(Event::Tick, now).contains(&Action::Create));
     let actions = m.step(Event::Created(Ok("5".into())), now);
     assert!(actions.contains(&Action::Health(HostHealth::Up)));
     m
 }
 
+/// Tick every 100 ms from `from` to `to`, answering every heartbeat with success.
+fn live_until(m: &mut MembershipMachine, from: Now, to: Now, rv: &mut u64) -> Vec<Action> {
+    let mut t = from;
+    let mut all = Vec::new();
+    while t.mono < to.mono {
+        t = t.plus(Duration::from_millis(100));
+        let actions = m.step(Event::Tick, t);
+        for action in &actions {
+            if is_heartbeat(action) {
+                *rv += 1;
+                all.extend(m.step(
+                    Event::Written {
+                        purpose: Purpose::Heartbeat,
+                        result: Ok(rv.to_string()),
+                    },
+                    t,
+                ));
+            }
+        }
+        all.extend(actions);
+    }
+    all
+}
+
 fn is_heartbeat(action: &Action) -> bool {
-    matches!(action, Action::Write { purpose: Purpose::Heartbeat, .. })
+    matches!(
+        action,
+        Action::Write {
+            purpose: Purpose::Heartbeat,
+            ..
+        }
+    )
 }
 
 #[test]
 fn a_renewal_answered_404_fences_and_nothing_is_recreated() {
-    let t0 = Now::now();
+    let t0 = Now::current();
     let mut m = up(t0);
     let t1 = t0.plus(Duration::from_millis(300));
     assert!(m.step(Event::Tick, t1).iter().any(is_heartbeat));
     let actions = m.step(
-        Event::Written { purpose: Purpose::Heartbeat, result: Err(WriteError::NotFound) },
+        Event::Written {
+            purpose: Purpose::Heartbeat,
+            result: Err(WriteError::NotFound),
+        },
         t1,
     );
     assert!(matches!(m.health(), HostHealth::Fenced { reason } if reason.contains("404")));
@@ -72,24 +105,37 @@ fn a_renewal_answered_404_fences_and_nothing_is_recreated() {
         Action::Publish(v) => Some(v.clone()),
         _ => None,
     });
-    assert!(last_view.expect("a final view").members.is_empty(), "a fenced host hosts nothing");
+    assert!(
+        last_view.expect("a final view").members.is_empty(),
+        "a fenced host hosts nothing"
+    );
     for ms in [100, 1000, 10_000] {
-        assert!(m.step(Event::Tick, t1.plus(Duration::from_millis(ms))).is_empty());
+        assert!(
+            m.step(Event::Tick, t1.plus(Duration::from_millis(ms)))
+                .is_empty()
+        );
     }
 }
 
 #[test]
 fn a_404_racing_the_hosts_own_leave_is_not_a_fence() {
-    let t0 = Now::now();
+    let t0 = Now::current();
     let mut m = up(t0);
     let t1 = t0.plus(Duration::from_millis(300));
     assert!(m.step(Event::Tick, t1).iter().any(is_heartbeat));
     // leave() while the renewal is in flight: nothing is written until it answers.
     let actions = m.step(Event::Leave, t1);
-    assert!(!actions.iter().any(|a| matches!(a, Action::Write { .. } | Action::DeleteOwn(_))));
+    assert!(
+        !actions
+            .iter()
+            .any(|a| matches!(a, Action::Write { .. } | Action::DeleteOwn(_)))
+    );
     assert_eq!(m.health(), &HostHealth::Leaving);
     let actions = m.step(
-        Event::Written { purpose: Purpose::Heartbeat, result: Err(WriteError::NotFound) },
+        Event::Written {
+            purpose: Purpose::Heartbeat,
+            result: Err(WriteError::NotFound),
+        },
         t1,
     );
     assert_eq!(m.health(), &HostHealth::Left);
@@ -98,7 +144,7 @@ fn a_404_racing_the_hosts_own_leave_is_not_a_fence() {
 
 #[test]
 fn renewals_failing_past_the_local_deadline_fence_before_the_ttl() {
-    let t0 = Now::now();
+    let t0 = Now::current();
     let mut m = up(t0);
     let mut t = t0;
     let deadline = t0.mono + timing().local_validity();
@@ -118,25 +164,41 @@ fn renewals_failing_past_the_local_deadline_fence_before_the_ttl() {
         if m.health().is_fatal() {
             break;
         }
-        assert!(t.mono < deadline + Duration::from_millis(50), "still up past its deadline");
+        assert!(
+            t.mono < deadline + Duration::from_millis(50),
+            "still up past its deadline"
+        );
     }
     assert!(t.mono >= deadline && t.mono < t0.mono + timing().ttl);
 }
 
 #[test]
 fn peers_age_out_when_renew_time_passes_the_ttl_and_stay_out() {
-    let t0 = Now::now();
+    let t0 = Now::current();
     let mut m = up(t0);
     m.step(Event::Upsert(peer(1, t0, 10)), t0);
     assert_eq!(m.view().members.len(), 2);
+    let mut rv = 100;
     let later = t0.plus(Duration::from_millis(2100));
-    m.step(Event::Tick, later);
+    live_until(&mut m, t0, later, &mut rv);
     assert_eq!(m.view().members.len(), 1, "aged out");
+    assert_eq!(m.health(), &HostHealth::Up);
     // A late heartbeat of the aged-out incarnation does not bring it back.
     m.step(Event::Upsert(peer(1, later, 11)), later);
     assert_eq!(m.view().members.len(), 1);
-    // The leader reaps its Lease a TTL after expiry.
-    let reap = m.step(Event::Tick, t0.plus(Duration::from_millis(4100)));
+    // The leader reaps its Lease a TTL after its (last) expiry: the late heartbeat moved it to
+    // 4.1 s, so 6.1 s.
+    let early = live_until(&mut m, later, t0.plus(Duration::from_millis(6000)), &mut rv);
+    assert!(
+        !early.iter().any(|a| matches!(a, Action::DeletePeer { .. })),
+        "{early:?}"
+    );
+    let reap = live_until(
+        &mut m,
+        t0.plus(Duration::from_millis(6000)),
+        t0.plus(Duration::from_millis(6300)),
+        &mut rv,
+    );
     assert!(reap.contains(&Action::DeletePeer {
         lease: "demo-peer-1".into(),
         resource_version: Some("11".into())
@@ -174,7 +236,10 @@ fn answer(request: &Action, code: u8, rv: u64, me: &str) -> Event {
     };
     match request {
         Action::Create => Event::Created(write(code)),
-        Action::Write { purpose, .. } => Event::Written { purpose: *purpose, result: write(code) },
+        Action::Write { purpose, .. } => Event::Written {
+            purpose: *purpose,
+            result: write(code),
+        },
         Action::FetchOwn => Event::FetchedOwn(match code {
             0 => Ok(Some((me.to_owned(), rv.to_string()))),
             1 => Ok(None),
@@ -191,11 +256,11 @@ fn answer(request: &Action, code: u8, rv: u64, me: &str) -> Event {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(400))]
+    #![proptest_config(ProptestConfig { cases: 400, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn fencing_and_membership_invariants_hold(ops in proptest::collection::vec(op(), 1..80)) {
-        let mut now = Now::now();
+        let mut now = Now::current();
         let mut m = machine(now);
         let me = node(1).to_string();
         let mut in_flight: Option<Action> = None;

@@ -19,8 +19,11 @@ use troupe_kubernetes::standin::StandIn;
 const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/default/leases";
 
 fn fixture(name: &str) -> String {
-    std::fs::read_to_string(format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR")))
-        .unwrap_or_else(|e| panic!("fixture {name}: {e}"))
+    std::fs::read_to_string(format!(
+        "{}/tests/fixtures/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap_or_else(|e| panic!("fixture {name}: {e}"))
 }
 
 fn json_fixture(name: &str) -> Value {
@@ -70,12 +73,18 @@ fn assert_same_shape(recorded: &Value, ours: &Value, what: &str) {
     let recorded = shape(recorded);
     let ours = shape(ours);
     let extra: Vec<_> = ours.difference(&recorded).collect();
-    assert!(extra.is_empty(), "{what}: fields the API server does not send: {extra:?}");
+    assert!(
+        extra.is_empty(),
+        "{what}: fields the API server does not send: {extra:?}"
+    );
     let missing: Vec<_> = recorded
         .difference(&ours)
         .filter(|(path, _)| !path.contains("managedFields"))
         .collect();
-    assert!(missing.is_empty(), "{what}: fields the API server sends but the stand-in does not: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "{what}: fields the API server sends but the stand-in does not: {missing:?}"
+    );
 }
 
 /// One raw HTTP request (no kube client in between), to see the exact bytes.
@@ -163,9 +172,12 @@ fn without(mut status: Value, field: &str) -> Value {
 async fn a_lease_read_back_has_the_recorded_shape() {
     let server = StandIn::start().await.unwrap();
     let api: Api<Lease> = Api::default_namespaced(server.client());
-    api.create(&PostParams::default(), &lease("web-leader", "web-7d9f8c6b5-x2k4q"))
-        .await
-        .unwrap();
+    api.create(
+        &PostParams::default(),
+        &lease("web-leader", "web-7d9f8c6b5-x2k4q"),
+    )
+    .await
+    .unwrap();
     let (status, body) = raw(&server, "GET", &format!("{LEASES}/web-leader"), None).await;
     assert_eq!(status, 200);
     let ours: Value = serde_json::from_slice(&body).unwrap();
@@ -208,7 +220,13 @@ async fn error_answers_are_the_recorded_status_objects() {
         .unwrap();
     // `created` now carries a stale resourceVersion.
     let stale = serde_json::to_value(&created).unwrap();
-    let (status, body) = raw(&server, "PUT", &format!("{LEASES}/web-leader"), Some(&stale)).await;
+    let (status, body) = raw(
+        &server,
+        "PUT",
+        &format!("{LEASES}/web-leader"),
+        Some(&stale),
+    )
+    .await;
     assert_eq!(status, 409);
     assert_eq!(
         serde_json::from_slice::<Value>(&body).unwrap(),
@@ -220,7 +238,10 @@ async fn error_answers_are_the_recorded_status_objects() {
     let ours: Value = serde_json::from_slice(&body).unwrap();
     let recorded = json_fixture("status_delete_success.json");
     assert_same_shape(&recorded, &ours, "DELETE");
-    assert_eq!(without(ours["details"].clone(), "uid"), without(recorded["details"].clone(), "uid"));
+    assert_eq!(
+        without(ours["details"].clone(), "uid"),
+        without(recorded["details"].clone(), "uid")
+    );
     assert_eq!(ours["status"], "Success");
 
     // And through the kube client: the codes it branches on.
@@ -237,7 +258,10 @@ async fn error_answers_are_the_recorded_status_objects() {
 async fn a_list_has_the_recorded_shape_and_filters_by_label() {
     let server = StandIn::start().await.unwrap();
     let api: Api<Lease> = Api::default_namespaced(server.client());
-    let mut member = lease("demo-00000000075bcd15", "troupe://demo@10.0.0.7:7355#123456789");
+    let mut member = lease(
+        "demo-00000000075bcd15",
+        "troupe://demo@10.0.0.7:7355#123456789",
+    );
     member.metadata.labels = Some([("troupe.dev/cluster".to_owned(), "demo".to_owned())].into());
     member.metadata.annotations = Some([("troupe.dev/address".to_owned(), "x".to_owned())].into());
     api.create(&PostParams::default(), &member).await.unwrap();
@@ -262,7 +286,10 @@ async fn a_list_has_the_recorded_shape_and_filters_by_label() {
         .await
         .unwrap();
     assert_eq!(listed.items.len(), 1);
-    assert_eq!(listed.items[0].metadata.name.as_deref(), Some("demo-00000000075bcd15"));
+    assert_eq!(
+        listed.items[0].metadata.name.as_deref(),
+        Some("demo-00000000075bcd15")
+    );
     let not_demo = api
         .list(&ListParams::default().labels("troupe.dev/cluster!=demo"))
         .await
@@ -280,9 +307,16 @@ async fn a_watch_streams_the_recorded_events_and_expires_old_versions() {
     let server = StandIn::start().await.unwrap();
     let client = server.client();
     let api: Api<Lease> = Api::default_namespaced(client);
-    let start = api.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+    let start = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
 
-    let query = format!("watch=1&resourceVersion={start}&allowWatchBookmarks=true&timeoutSeconds=30");
+    let query =
+        format!("watch=1&resourceVersion={start}&allowWatchBookmarks=true&timeoutSeconds=30");
     let api2 = api.clone();
     let writes = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -292,9 +326,13 @@ async fn a_watch_streams_the_recorded_events_and_expires_old_versions() {
             .unwrap();
         let mut renewed = created.clone();
         renewed.spec.as_mut().unwrap().renew_time = Some(MicroTime(chrono::Utc::now()));
-        api2.replace("web-leader", &PostParams::default(), &renewed).await.unwrap();
+        api2.replace("web-leader", &PostParams::default(), &renewed)
+            .await
+            .unwrap();
         tokio::time::sleep(Duration::from_millis(1500)).await;
-        api2.delete("web-leader", &DeleteParams::default()).await.unwrap();
+        api2.delete("web-leader", &DeleteParams::default())
+            .await
+            .unwrap();
     });
     let lines = watch_lines(&server, &query, 4).await;
     writes.await.unwrap();
@@ -307,8 +345,17 @@ async fn a_watch_streams_the_recorded_events_and_expires_old_versions() {
     for (ours, recorded) in lines.iter().zip(&recorded) {
         assert_same_shape(recorded, ours, ours["type"].as_str().unwrap());
     }
-    let version = |l: &Value| l["object"]["metadata"]["resourceVersion"].as_str().unwrap().parse::<u64>().unwrap();
-    assert!(lines.windows(2).all(|w| version(&w[0]) <= version(&w[1])), "versions never go back");
+    let version = |l: &Value| {
+        l["object"]["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+    };
+    assert!(
+        lines.windows(2).all(|w| version(&w[0]) <= version(&w[1])),
+        "versions never go back"
+    );
 
     // Resuming after the MODIFIED event replays only what followed.
     let after = version(&lines[1]);
@@ -324,7 +371,12 @@ async fn a_watch_streams_the_recorded_events_and_expires_old_versions() {
         without(expired[0]["object"].clone(), "message"),
         without(recorded["object"].clone(), "message")
     );
-    assert!(expired[0]["object"]["message"].as_str().unwrap().starts_with("too old resource version: "));
+    assert!(
+        expired[0]["object"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("too old resource version: ")
+    );
 }
 
 fn json_fixture_line(name: &str) -> Value {
@@ -335,15 +387,23 @@ fn json_fixture_line(name: &str) -> Value {
 async fn the_kube_client_watches_resumes_and_sees_410() {
     let server = StandIn::start().await.unwrap();
     let api: Api<Lease> = Api::default_namespaced(server.client());
-    api.create(&PostParams::default(), &lease("first", "a")).await.unwrap();
+    api.create(&PostParams::default(), &lease("first", "a"))
+        .await
+        .unwrap();
     // From "0": the current objects first.
-    let mut stream = api.watch(&WatchParams::default().timeout(10), "0").await.unwrap().boxed();
+    let mut stream = api
+        .watch(&WatchParams::default().timeout(10), "0")
+        .await
+        .unwrap()
+        .boxed();
     let Some(Ok(WatchEvent::Added(first))) = stream.next().await else {
         panic!("the existing Lease is replayed as ADDED")
     };
     assert_eq!(first.metadata.name.as_deref(), Some("first"));
     let version = first.metadata.resource_version.unwrap();
-    api.create(&PostParams::default(), &lease("second", "b")).await.unwrap();
+    api.create(&PostParams::default(), &lease("second", "b"))
+        .await
+        .unwrap();
     let next = loop {
         match stream.next().await {
             Some(Ok(WatchEvent::Added(lease))) => break lease,
@@ -353,13 +413,21 @@ async fn the_kube_client_watches_resumes_and_sees_410() {
     };
     assert_eq!(next.metadata.name.as_deref(), Some("second"));
     // Resume from the first version: the second Lease comes again, nothing before it.
-    let mut resumed = api.watch(&WatchParams::default().timeout(10), &version).await.unwrap().boxed();
+    let mut resumed = api
+        .watch(&WatchParams::default().timeout(10), &version)
+        .await
+        .unwrap()
+        .boxed();
     let Some(Ok(WatchEvent::Added(again))) = resumed.next().await else {
         panic!("resumed watch replays later events")
     };
     assert_eq!(again.metadata.name.as_deref(), Some("second"));
     server.compact();
-    let mut old = api.watch(&WatchParams::default().timeout(10), &version).await.unwrap().boxed();
+    let mut old = api
+        .watch(&WatchParams::default().timeout(10), &version)
+        .await
+        .unwrap()
+        .boxed();
     match old.next().await {
         Some(Ok(WatchEvent::Error(status))) => {
             assert_eq!((status.code, status.reason.as_str()), (410, "Expired"));
@@ -372,25 +440,59 @@ async fn the_kube_client_watches_resumes_and_sees_410() {
 async fn updates_check_the_resource_version_and_validation_matches_the_api_server() {
     let server = StandIn::start().await.unwrap();
     let api: Api<Lease> = Api::default_namespaced(server.client());
-    let created = api.create(&PostParams::default(), &lease("l", "a")).await.unwrap();
+    let created = api
+        .create(&PostParams::default(), &lease("l", "a"))
+        .await
+        .unwrap();
     let mut mine = created.clone();
     mine.spec.as_mut().unwrap().holder_identity = Some("b".into());
-    let updated = api.replace("l", &PostParams::default(), &mine).await.unwrap();
+    let updated = api
+        .replace("l", &PostParams::default(), &mine)
+        .await
+        .unwrap();
     assert!(
-        updated.metadata.resource_version.as_ref().unwrap().parse::<u64>().unwrap()
-            > created.metadata.resource_version.as_ref().unwrap().parse::<u64>().unwrap()
+        updated
+            .metadata
+            .resource_version
+            .as_ref()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            > created
+                .metadata
+                .resource_version
+                .as_ref()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
     );
     assert_eq!(updated.metadata.uid, created.metadata.uid);
     // A no-op update keeps the version, as the API server does.
-    let same = api.replace("l", &PostParams::default(), &updated).await.unwrap();
-    assert_eq!(same.metadata.resource_version, updated.metadata.resource_version);
+    let same = api
+        .replace("l", &PostParams::default(), &updated)
+        .await
+        .unwrap();
+    assert_eq!(
+        same.metadata.resource_version,
+        updated.metadata.resource_version
+    );
     // Stale version: 409.
-    let error = api.replace("l", &PostParams::default(), &mine).await.unwrap_err();
+    let error = api
+        .replace("l", &PostParams::default(), &mine)
+        .await
+        .unwrap_err();
     assert_eq!(api_code(&error), Some(409));
     // Update of a missing Lease: 404 (Leases are not created by PUT).
     let mut ghost = lease("ghost", "a");
     ghost.metadata.resource_version = Some("1".into());
-    assert_eq!(api_code(&api.replace("ghost", &PostParams::default(), &ghost).await.unwrap_err()), Some(404));
+    assert_eq!(
+        api_code(
+            &api.replace("ghost", &PostParams::default(), &ghost)
+                .await
+                .unwrap_err()
+        ),
+        Some(404)
+    );
     // Validation: 422 Invalid.
     let mut bad = lease("Bad_Name", "a");
     bad.metadata.name = Some("Bad_Name".into());
@@ -411,6 +513,9 @@ async fn updates_check_the_resource_version_and_validation_matches_the_api_serve
         }),
         ..DeleteParams::default()
     };
-    assert_eq!(api_code(&api.delete("l", &stale).await.unwrap_err()), Some(409));
+    assert_eq!(
+        api_code(&api.delete("l", &stale).await.unwrap_err()),
+        Some(409)
+    );
     assert!(api.delete("l", &DeleteParams::default()).await.is_ok());
 }

@@ -28,7 +28,7 @@ pub struct Now {
 impl Now {
     /// The current time.
     #[must_use]
-    pub fn now() -> Self {
+    pub fn current() -> Self {
         Self {
             mono: Instant::now(),
             wall: Utc::now(),
@@ -242,6 +242,8 @@ pub struct MembershipMachine {
     expired: BTreeMap<String, (String, DateTime<Utc>)>,
     reaping: BTreeSet<String>,
     tombstones: BTreeSet<UniqueAddress>,
+    /// Lease names seen deleted: a Lease that reappears under such a name is a zombie's.
+    deleted: BTreeSet<String>,
     last_view: Option<ClusterView>,
 }
 
@@ -271,6 +273,7 @@ impl MembershipMachine {
             expired: BTreeMap::new(),
             reaping: BTreeSet::new(),
             tombstones: BTreeSet::new(),
+            deleted: BTreeSet::new(),
             last_view: None,
         }
     }
@@ -345,6 +348,7 @@ impl MembershipMachine {
                     }
                 } else {
                     self.forget(&name);
+                    self.deleted.insert(name);
                 }
             }
             Event::Leave => match self.phase {
@@ -434,9 +438,9 @@ impl MembershipMachine {
         let Some(rv) = self.resource_version.clone() else {
             return;
         };
-        let left = self
-            .valid_until
-            .map_or(self.timing.renew_interval, |v| v.saturating_duration_since(now.mono));
+        let left = self.valid_until.map_or(self.timing.renew_interval, |v| {
+            v.saturating_duration_since(now.mono)
+        });
         self.in_flight = Some((InFlight::Write(Purpose::Heartbeat), now.mono));
         self.next_beat = now.mono + self.timing.renew_interval;
         actions.push(Action::Write {
@@ -572,7 +576,10 @@ impl MembershipMachine {
                 }
             }
             (Phase::Creating | Phase::Up, Ok(Some((holder, _)))) => self.fence(
-                format!("this host's Lease {} names another holder, {holder:?}", self.lease),
+                format!(
+                    "this host's Lease {} names another holder, {holder:?}",
+                    self.lease
+                ),
                 actions,
             ),
             (Phase::Creating | Phase::Up, Ok(None)) => self.fence(
@@ -595,17 +602,24 @@ impl MembershipMachine {
     }
 
     fn upsert(&mut self, lease: PeerLease, now: Now) {
+        if self.deleted.contains(&lease.lease) {
+            return;
+        }
         if lease.lease == self.lease || self.tombstones.contains(&lease.node) {
             if lease.lease != self.lease && self.expired.contains_key(&lease.lease) {
-                self.expired
-                    .insert(lease.lease.clone(), (lease.resource_version.clone(), lease.expires_at()));
+                self.expired.insert(
+                    lease.lease.clone(),
+                    (lease.resource_version.clone(), lease.expires_at()),
+                );
             }
             return;
         }
         if lease.expires_at() <= now.wall {
             self.tombstones.insert(lease.node.clone());
-            self.expired
-                .insert(lease.lease.clone(), (lease.resource_version.clone(), lease.expires_at()));
+            self.expired.insert(
+                lease.lease.clone(),
+                (lease.resource_version.clone(), lease.expires_at()),
+            );
             self.peers.remove(&lease.lease);
             return;
         }
