@@ -330,3 +330,68 @@ async fn a_malformed_member_lease_is_ignored_not_a_panic() {
     .await;
     assert_eq!(*a.health.borrow(), HostHealth::Up);
 }
+
+/// The singleton's (unused) message.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Ping;
+
+impl troupe::remote::RemoteMessage for Ping {
+    const MANIFEST: &'static str = "test.Ping";
+}
+
+/// A singleton that counts its running instances.
+struct Counted(Arc<std::sync::atomic::AtomicI32>);
+
+impl troupe::Actor for Counted {
+    type Msg = Ping;
+
+    async fn pre_start(
+        &mut self,
+        _ctx: &mut troupe::Context<Self>,
+    ) -> Result<(), troupe::ActorError> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+
+    async fn handle(
+        &mut self,
+        _msg: Ping,
+        _ctx: &mut troupe::Context<Self>,
+    ) -> Result<(), troupe::ActorError> {
+        Ok(())
+    }
+
+    async fn post_stop(&mut self, _ctx: &mut troupe::Context<Self>) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_host_stops_the_singleton_it_hosted() {
+    use std::sync::atomic::{AtomicI32, Ordering};
+    let server = StandIn::start().await.unwrap();
+    let network = SimNetwork::new(7);
+    let a = start(&server, &network, 1);
+    eventually("up", Duration::from_secs(5), || up_ports(&a) == [1]).await;
+    let running = Arc::new(AtomicI32::new(0));
+    let counter = Arc::clone(&running);
+    let key = troupe::singleton::SingletonKey::of::<Ping>("scheduler", None);
+    let props = troupe::Props::new(move || Counted(Arc::clone(&counter)));
+    a.cluster
+        .singleton()
+        .start(&key, troupe::singleton::StartSingletonOptions::new(props))
+        .unwrap();
+    eventually("the singleton runs on a", Duration::from_secs(5), || {
+        running.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    server.delete("default", &lease_name("demo", &node(1)));
+    eventually("a fenced", Duration::from_secs(3), || {
+        a.health.borrow().is_fatal()
+    })
+    .await;
+    eventually("the singleton stopped", Duration::from_secs(3), || {
+        running.load(Ordering::SeqCst) == 0
+    })
+    .await;
+}
