@@ -111,6 +111,12 @@ struct Store {
     requests: Vec<RequestRecord>,
     uids: u64,
     held: usize,
+    /// Bumped by [`StandIn::close_watches`]; a watch ends when it changes.
+    generation: u64,
+    /// How long a new watch waits before it starts.
+    watch_hold: Duration,
+    /// How many watches were answered `410 Expired`.
+    expired_watches: usize,
 }
 
 struct LogEntry {
@@ -137,6 +143,9 @@ impl StandIn {
             requests: Vec::new(),
             uids: 0,
             held: 0,
+            generation: 0,
+            watch_hold: Duration::ZERO,
+            expired_watches: 0,
         }));
         let (changed, _) = watch::channel(100);
         let server = Server {
@@ -251,6 +260,25 @@ impl StandIn {
     #[must_use]
     pub fn held(&self) -> usize {
         self.store.lock().held
+    }
+
+    /// End every open watch stream (as an API server restart or a load balancer would); clients
+    /// resume from their last `resourceVersion`.
+    pub fn close_watches(&self) {
+        self.store.lock().generation += 1;
+        self.notify();
+    }
+
+    /// Make every new watch wait `hold` before it starts streaming (so that history can be
+    /// compacted under a client that is about to resume).
+    pub fn hold_watches(&self, hold: Duration) {
+        self.store.lock().watch_hold = hold;
+    }
+
+    /// How many watches were answered with a `410 Expired` `ERROR` event.
+    #[must_use]
+    pub fn expired_watches(&self) -> usize {
+        self.store.lock().expired_watches
     }
 
     /// Every request answered so far, in order.
@@ -638,7 +666,14 @@ impl Server {
             .map_or(Duration::from_secs(1800), Duration::from_secs);
         let store = Arc::clone(&self.store);
         let mut changed = self.changed.subscribe();
+        let (generation, hold) = {
+            let store = self.store.lock();
+            (store.generation, store.watch_hold)
+        };
         tokio::spawn(async move {
+            if !hold.is_zero() {
+                tokio::time::sleep(hold).await;
+            }
             let deadline = tokio::time::Instant::now() + timeout;
             enum Start {
                 From(u64),
@@ -646,7 +681,7 @@ impl Server {
                 Refuse(Value),
             }
             let start = {
-                let store = store.lock();
+                let mut store = store.lock();
                 match from.as_str() {
                     "" | "0" => Start::Replay(
                         store
@@ -661,12 +696,18 @@ impl Server {
                     ),
                     rv => match rv.parse::<u64>() {
                         Ok(rv) if rv >= store.compacted => Start::From(rv),
-                        Ok(rv) => Start::Refuse(status_json(
-                            410,
-                            "Expired",
-                            &format!("too old resource version: {rv} ({})", store.compacted + 1),
-                            None,
-                        )),
+                        Ok(rv) => Start::Refuse({
+                            store.expired_watches += 1;
+                            status_json(
+                                410,
+                                "Expired",
+                                &format!(
+                                    "too old resource version: {rv} ({})",
+                                    store.compacted + 1
+                                ),
+                                None,
+                            )
+                        }),
                         Err(_) => Start::Refuse(status_json(
                             400,
                             "BadRequest",
@@ -694,8 +735,12 @@ impl Server {
             loop {
                 changed.borrow_and_update();
                 let (lines, revision, expired) = {
-                    let store = store.lock();
+                    let mut store = store.lock();
+                    if store.generation != generation {
+                        return;
+                    }
                     if last < store.compacted {
+                        store.expired_watches += 1;
                         (Vec::new(), store.revision, true)
                     } else {
                         let lines: Vec<Bytes> = store

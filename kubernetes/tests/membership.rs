@@ -395,3 +395,53 @@ async fn a_fenced_host_stops_the_singleton_it_hosted() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_resume_after_a_broken_stream_and_relist_after_410() {
+    let server = StandIn::start().await.unwrap();
+    let network = SimNetwork::new(7);
+    let a = start(&server, &network, 1);
+    eventually("a up", Duration::from_secs(5), || up_ports(&a) == [1]).await;
+    // The stream breaks: a resumes from its last version and sees b arrive.
+    server.close_watches();
+    let b = start(&server, &network, 2);
+    eventually("b seen after a resume", Duration::from_secs(5), || {
+        up_ports(&a) == [1, 2]
+    })
+    .await;
+    // The stream breaks again and a's resume is held while c arrives, b leaves and history is
+    // compacted: the resume gets 410 Expired, a relists and sees both changes it missed.
+    server.hold_watches(Duration::from_millis(1500));
+    server.close_watches();
+    let c = start(&server, &network, 3);
+    b.cluster.leave();
+    tokio::time::timeout(Duration::from_secs(5), b.cluster.terminated())
+        .await
+        .expect("b left");
+    eventually("c's Lease exists", Duration::from_secs(2), || {
+        server
+            .names("default")
+            .contains(&lease_name("demo", &node(3)))
+    })
+    .await;
+    server.compact();
+    server.hold_watches(Duration::ZERO);
+    eventually("relisted", Duration::from_secs(5), || {
+        up_ports(&a) == [1, 3]
+    })
+    .await;
+    assert!(server.expired_watches() >= 1, "the resume met 410");
+    eventually("c sees a", Duration::from_secs(5), || {
+        up_ports(&c) == [1, 3]
+    })
+    .await;
+    let watches = server
+        .requests()
+        .iter()
+        .filter(|r| r.method == "GET" && r.name.is_none())
+        .count();
+    assert!(
+        watches >= 5,
+        "list + watch, resume, relist: {watches} collection reads"
+    );
+}
