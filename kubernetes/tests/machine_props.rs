@@ -336,3 +336,49 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_renewal_that_lands_after_the_local_deadline_fences() {
+    let t0 = Now::current();
+    let mut m = up(t0);
+    let t1 = t0.plus(Duration::from_millis(300));
+    assert!(m.step(Event::Tick, t1).iter().any(is_heartbeat));
+    // The answer arrives (success) only after the deadline the previous write set; no tick
+    // came in between.
+    let late = t0.plus(timing().local_validity() + Duration::from_millis(10));
+    let actions = m.step(
+        Event::Written {
+            purpose: Purpose::Heartbeat,
+            result: Ok("9".into()),
+        },
+        late,
+    );
+    assert!(m.health().is_fatal(), "{:?}", m.health());
+    assert!(actions.contains(&Action::Stop));
+}
+
+#[test]
+fn a_conflict_is_resolved_by_reading_the_lease_and_fences_only_if_it_is_not_ours() {
+    let t0 = Now::current();
+    let me = node(1).to_string();
+    for (holder, fenced) in [(me.clone(), false), ("someone-else".to_owned(), true)] {
+        let mut m = up(t0);
+        let t1 = t0.plus(Duration::from_millis(300));
+        assert!(m.step(Event::Tick, t1).iter().any(is_heartbeat));
+        let actions = m.step(
+            Event::Written {
+                purpose: Purpose::Heartbeat,
+                result: Err(WriteError::Conflict),
+            },
+            t1,
+        );
+        assert!(actions.contains(&Action::FetchOwn));
+        m.step(Event::FetchedOwn(Ok(Some((holder, "12".into())))), t1);
+        assert_eq!(m.health().is_fatal(), fenced);
+        if !fenced {
+            // The next heartbeat carries the version just read.
+            let next = m.step(Event::Tick, t1.plus(Duration::from_millis(100)));
+            assert!(next.iter().any(|a| matches!(a, Action::Write { resource_version, .. } if resource_version == "12")), "{next:?}");
+        }
+    }
+}
