@@ -22,5 +22,6 @@
 //! ```
 
 pub mod etcd;
+pub mod etcd_membership;
 mod grant;
 pub mod postgres;
