@@ -13,12 +13,13 @@ use parking_lot::Mutex;
 use private_etcd::{CutProxy, PrivateEtcd};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
+use troupe::directory::{Directory, DirectoryChange};
 use troupe::lease::{FencingToken, Lease, LeaseLostCallback, LeaseProvider, LeaseSettings};
 use troupe::remote::RemoteMessage;
 use troupe::singleton::{SingletonKey, StartSingletonOptions};
 use troupe::testkit::SimCluster;
 use troupe::{Actor, ActorError, Context, Props};
-use troupe_coordination::etcd::{self, EtcdLeases};
+use troupe_coordination::etcd::{self, EtcdDirectory, EtcdLeases};
 
 fn loss_recorder() -> (LeaseLostCallback, Arc<Mutex<Vec<Instant>>>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -201,5 +202,70 @@ async fn a_client_cut_off_past_the_ttl_stops_its_singleton_before_another_owner_
             .count(),
         1,
         "no restart while cut off: {lives:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_watch_cut_off_from_etcd_ends_and_resumes_without_losing_a_change() {
+    let server = PrivateEtcd::start().await;
+    let proxy = CutProxy::start(server.addr()).await;
+    let remote = EtcdDirectory::new(
+        etcd::connect(&[proxy.endpoint()]).await.unwrap(),
+        "/faults/",
+    )
+    .unwrap();
+    let direct = EtcdDirectory::new(
+        etcd::connect(&[server.endpoint()]).await.unwrap(),
+        "/faults/",
+    )
+    .unwrap();
+    let start = direct.snapshot().await.unwrap().revision;
+    let mut watch = remote.watch(start).await.unwrap();
+    direct.claim("a", "h1").await.unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(10), watch.next())
+        .await
+        .expect("an event")
+        .expect("open")
+        .expect("not an error");
+    proxy.cut();
+    for actor in ["b", "c"] {
+        direct.claim(actor, "h2").await.unwrap();
+    }
+    direct.release("a", "h1").await.unwrap();
+    // The HTTP/2 keep-alive pings notice the dead connection: the watch ends, it does not hang.
+    let ended = tokio::time::timeout(Duration::from_secs(15), async {
+        loop {
+            match watch.next().await {
+                Some(Ok(_)) => {} // events that were already in flight before the cut
+                Some(Err(_)) | None => return,
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "a cut-off watch ends within 15 s");
+    let mut resumed = direct.watch(first.revision).await.unwrap();
+    let mut changes = Vec::new();
+    for _ in 0..3 {
+        let event = tokio::time::timeout(Duration::from_secs(10), resumed.next())
+            .await
+            .expect("an event")
+            .expect("open")
+            .expect("not an error");
+        changes.push(event.change);
+    }
+    let claimed = |actor: &str| DirectoryChange::Claimed {
+        actor: actor.to_owned(),
+        host: "h2".to_owned(),
+    };
+    assert_eq!(
+        changes,
+        vec![
+            claimed("b"),
+            claimed("c"),
+            DirectoryChange::Released {
+                actor: "a".to_owned(),
+                host: "h1".to_owned()
+            }
+        ]
     );
 }
