@@ -45,11 +45,21 @@ pub async fn connect(endpoints: &[String]) -> Result<Client, etcd_client::Error>
     Client::connect(endpoints, Some(options)).await
 }
 
-fn check_prefix(prefix: &str) -> Result<(), String> {
+/// A key prefix that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "etcd key prefix {prefix:?} must be non-empty and end with '/' (for example \"/troupe/prod/\")"
+)]
+pub struct InvalidPrefix {
+    /// The prefix given.
+    pub prefix: String,
+}
+
+fn check_prefix(prefix: &str) -> Result<(), InvalidPrefix> {
     if prefix.is_empty() || !prefix.ends_with('/') {
-        return Err(format!(
-            "etcd key prefix {prefix:?} must be non-empty and end with '/' (for example \"/troupe/\")"
-        ));
+        return Err(InvalidPrefix {
+            prefix: prefix.to_owned(),
+        });
     }
     Ok(())
 }
@@ -88,7 +98,7 @@ impl std::fmt::Debug for EtcdLeases {
 
 impl EtcdLeases {
     /// Leases under `prefix` (must end with `/`), through `client`.
-    pub fn new(client: Client, prefix: &str) -> Result<Self, String> {
+    pub fn new(client: Client, prefix: &str) -> Result<Self, InvalidPrefix> {
         check_prefix(prefix)?;
         Ok(Self {
             store: Arc::new(EtcdLeaseStore {
@@ -416,7 +426,7 @@ fn revision_of(raw: i64) -> Revision {
 
 impl EtcdDirectory {
     /// The directory under `prefix` (must end with `/`), through `client`.
-    pub fn new(client: Client, prefix: &str) -> Result<Self, String> {
+    pub fn new(client: Client, prefix: &str) -> Result<Self, InvalidPrefix> {
         check_prefix(prefix)?;
         Ok(Self {
             inner: Arc::new(DirInner {

@@ -34,7 +34,7 @@ use troupe::cluster::{
 use troupe::lease::{Lease, LeaseProvider, LeaseSettings};
 use troupe::remote::{Address, UniqueAddress};
 
-use crate::etcd::EtcdLeases;
+use crate::etcd::{EtcdLeases, InvalidPrefix};
 
 /// The state of this node's membership, for health probes: a fenced node should report fatal
 /// health (liveness fails) so that it is restarted with a fresh identity.
@@ -90,7 +90,7 @@ impl EtcdMembership {
         prefix: &str,
         roles: &[&str],
         settings: LeaseSettings,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, InvalidPrefix> {
         EtcdLeases::new(client.clone(), &format!("{prefix}members/"))?;
         Ok(Self {
             client,
@@ -136,7 +136,7 @@ impl MembershipProvider for EtcdMembership {
         let owner = serde_json::to_string(&record)
             .map_err(|e| ClusterError::Provider(format!("member record: {e}")))?;
         let leases = EtcdLeases::new(self.client.clone(), &format!("{}members/", self.prefix))
-            .map_err(ClusterError::Provider)?;
+            .map_err(|e| ClusterError::Provider(e.to_string()))?;
         let lease = leases
             .lease(&me.to_string(), &owner, &self.settings)
             .map_err(|e| ClusterError::Provider(e.to_string()))?;

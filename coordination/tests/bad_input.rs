@@ -79,7 +79,7 @@ async fn etcd_settings_the_backend_cannot_honour_are_refused_with_the_rule() {
         "{error}"
     );
     let error = EtcdLeases::new(services::etcd_client().await, "no-slash").unwrap_err();
-    assert!(error.contains("end with '/'"), "{error}");
+    assert!(error.to_string().contains("end with '/'"), "{error}");
 }
 
 #[tokio::test]
