@@ -621,17 +621,15 @@ impl PgDirectory {
         row.map(|r| claim_from_row(s, &r)).transpose()
     }
 
-    /// Delete the claims `filter` selects and log one release each, in actor order.
-    async fn remove(
-        &self,
-        filter: &str,
-        actor: Option<&str>,
-        host: &str,
-    ) -> Result<Vec<String>, DirectoryError> {
+    /// Delete `host`'s claim of `actor` (all of `host`'s claims when `actor` is `None`) and
+    /// log one release each, in actor order.
+    async fn remove(&self, actor: Option<&str>, host: &str) -> Result<Vec<String>, DirectoryError> {
         let s = &self.shared.schema;
         let mut tx = self.shared.begin_directory_write().await?;
         let rows = sqlx::query(&format!(
-            r#"WITH gone AS (DELETE FROM "{s}".claims WHERE {filter} RETURNING actor, host)
+            r#"WITH gone AS (DELETE FROM "{s}".claims
+                               WHERE host = $1 AND ($2::text IS NULL OR actor = $2)
+                               RETURNING actor, host)
                INSERT INTO "{s}".claim_changes (revision, actor, host, kind)
                SELECT nextval('"{s}".claim_revisions'), actor, host, 'released'
                FROM (SELECT actor, host FROM gone ORDER BY actor) AS ordered
@@ -781,10 +779,7 @@ impl Directory for PgDirectory {
         Box::pin(async move {
             let shared = Arc::clone(&this.shared);
             let removed = shared
-                .bounded(
-                    "release",
-                    this.remove("host = $1 AND actor = $2", Some(&actor), &host),
-                )
+                .bounded("release", this.remove(Some(&actor), &host))
                 .await?;
             Ok(!removed.is_empty())
         })
@@ -795,12 +790,7 @@ impl Directory for PgDirectory {
         let host = host.to_owned();
         Box::pin(async move {
             let shared = Arc::clone(&this.shared);
-            shared
-                .bounded(
-                    "evict",
-                    this.remove("host = $1 AND ($2::text IS NULL OR true)", None, &host),
-                )
-                .await
+            shared.bounded("evict", this.remove(None, &host)).await
         })
     }
 
