@@ -733,6 +733,32 @@ mod tests {
         (Box::new(move |lost| sink.lock().push(lost)), seen)
     }
 
+    #[test]
+    fn settings_refuse_a_renewal_not_well_inside_the_ttl_naming_both_values_and_the_rule() {
+        let error =
+            LeaseSettings::new(Duration::from_secs(9), Duration::from_millis(3001)).unwrap_err();
+        let text = error.to_string();
+        assert!(text.contains("9s") && text.contains("3.001s"), "{text}");
+        assert!(text.contains("renew_interval * 3 <= ttl"), "{text}");
+        assert!(LeaseSettings::new(Duration::from_secs(9), Duration::from_secs(3)).is_ok());
+        assert_eq!(
+            LeaseSettings::new(Duration::ZERO, Duration::from_secs(1)),
+            Err(LeaseSettingsError::Zero { what: "ttl" })
+        );
+        assert_eq!(
+            LeaseSettings::new(Duration::from_secs(1), Duration::ZERO),
+            Err(LeaseSettingsError::Zero {
+                what: "renew interval"
+            })
+        );
+        let defaults = LeaseSettings::default();
+        assert_eq!(
+            LeaseSettings::new(defaults.ttl(), defaults.renew_interval()),
+            Ok(defaults),
+            "the defaults obey the rule"
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn one_holder_at_a_time_with_increasing_tokens() {
         let arbiter = InMemoryLeaseArbiter::new(Duration::from_secs(3));

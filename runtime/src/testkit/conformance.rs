@@ -595,8 +595,30 @@ pub async fn watch_resumes_in_order_after_reconnect(b: &Backend) {
 
 /// One `#[tokio::test]` per conformance case, each on a fresh backend from `$make` (an async
 /// function answering a [`Backend`]).
+///
+/// `conformance_tests!(make)` writes every case; `conformance_tests!(leases: make)` only the
+/// lease cases and `conformance_tests!(directory: make)` only the directory cases, for a
+/// backend that implements one of the two (give [`Backend`] an in-memory stand-in for the
+/// other; it is not exercised).
 #[macro_export]
 macro_rules! conformance_tests {
+    (leases: $make:path) => {
+        $crate::conformance_tests!(@case $make,
+            conformance_concurrent_acquirers_one_winner => concurrent_acquirers_one_winner,
+            conformance_racing_updaters_never_lose_an_update => racing_updaters_never_lose_an_update,
+            conformance_expiry_after_ttl => expiry_after_ttl,
+            conformance_release_by_non_holder_is_refused => release_by_non_holder_is_refused,
+            conformance_fencing_token_increases_across_holders => fencing_token_increases_across_holders
+        );
+    };
+    (directory: $make:path) => {
+        $crate::conformance_tests!(@case $make,
+            conformance_racing_updaters_never_lose_an_update => racing_updaters_never_lose_an_update,
+            conformance_directory_claim_race_has_one_winner => directory_claim_race_has_one_winner,
+            conformance_eviction_releases_every_claim => eviction_releases_every_claim,
+            conformance_watch_resumes_in_order_after_reconnect => watch_resumes_in_order_after_reconnect
+        );
+    };
     ($make:path) => {
         $crate::conformance_tests!(@case $make,
             conformance_concurrent_acquirers_one_winner => concurrent_acquirers_one_winner,
