@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Api;
 use kube::api::PostParams;
 use tokio::time::Instant;
-use troupe::singleton::Lease;
+use troupe::lease::Lease;
 use troupe_kubernetes::standin::StandIn;
 use troupe_kubernetes::{KubeLease, KubeTiming};
 

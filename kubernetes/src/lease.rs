@@ -41,9 +41,7 @@ use kube::Api;
 use kube::api::PostParams;
 use parking_lot::Mutex;
 use tokio::time::Instant;
-use troupe::singleton::{
-    FencingToken, Lease, LeaseError, LeaseFuture, LeaseLost, LeaseLostCallback,
-};
+use troupe::lease::{FencingToken, Lease, LeaseError, LeaseFuture, LeaseLost, LeaseLostCallback};
 
 use crate::error::{api_code, describe};
 use crate::settings::{KubeTiming, TimingError};
@@ -122,7 +120,11 @@ impl Inner {
             describe(error)
         );
         match error {
-            kube::Error::Api(_) | kube::Error::SerdeError(_) => LeaseError::Provider {
+            kube::Error::SerdeError(_) => LeaseError::Malformed {
+                lease: self.name.clone(),
+                reason,
+            },
+            kube::Error::Api(_) => LeaseError::Provider {
                 lease: self.name.clone(),
                 reason,
             },
@@ -218,7 +220,7 @@ pub(crate) fn observe(
 
 fn token_of(object: &LeaseObject, lease: &str) -> Result<u64, LeaseError> {
     let rv = object.metadata.resource_version.as_deref().unwrap_or("");
-    rv.parse::<u64>().map_err(|_| LeaseError::Provider {
+    rv.parse::<u64>().map_err(|_| LeaseError::Malformed {
         lease: lease.to_owned(),
         reason: format!(
             "the API server's resourceVersion {rv:?} is not a number; the fencing token is the numeric (etcd) resourceVersion of the granting write"
@@ -479,5 +481,58 @@ async fn renew(
                 wait = Duration::ZERO;
             }
         }
+    }
+}
+
+/// Makes [`KubeLease`] handles on Lease objects in one namespace: troupe's `LeaseProvider`.
+///
+/// The shared [`LeaseSettings`](troupe::lease::LeaseSettings) map onto the Lease as: `ttl` →
+/// `leaseDurationSeconds` (so a whole number of seconds, at least 1 — other values are refused
+/// with `LeaseError::Settings`), `renew_interval` as is, and the loss reported at
+/// `ttl − renew_interval` after the last confirmed renewal was sent (the shared
+/// `loss_deadline`; one renew interval of clock skew tolerated).
+#[derive(Clone)]
+pub struct KubeLeaseProvider {
+    client: kube::Client,
+    namespace: String,
+}
+
+impl fmt::Debug for KubeLeaseProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KubeLeaseProvider")
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KubeLeaseProvider {
+    /// Leases in `namespace`, through `client`.
+    #[must_use]
+    pub fn new(client: kube::Client, namespace: &str) -> Self {
+        Self {
+            client,
+            namespace: namespace.to_owned(),
+        }
+    }
+}
+
+impl troupe::lease::LeaseProvider for KubeLeaseProvider {
+    fn lease(
+        &self,
+        name: &str,
+        owner: &str,
+        settings: &troupe::lease::LeaseSettings,
+    ) -> Result<Arc<dyn Lease>, LeaseError> {
+        let timing = KubeTiming {
+            ttl: settings.ttl(),
+            renew_interval: settings.renew_interval(),
+            max_clock_skew: settings.renew_interval(),
+        };
+        let handle = KubeLease::new(self.client.clone(), &self.namespace, name, owner, timing)
+            .map_err(|e| LeaseError::Settings {
+                lease: name.to_owned(),
+                reason: e.to_string(),
+            })?;
+        Ok(Arc::new(handle))
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use serde_json::json;
 use tokio::time::Instant;
-use troupe::singleton::{Lease, LeaseError, LeaseLost, LeaseLostCallback};
+use troupe::lease::{Lease, LeaseError, LeaseLost, LeaseLostCallback};
 use troupe_kubernetes::standin::{Fault, StandIn};
 use troupe_kubernetes::{KubeLease, KubeTiming};
 
@@ -237,7 +237,7 @@ async fn a_malformed_lease_object_is_an_error_with_context() {
     );
     let (cb, _) = recorder();
     let error = a.acquire(cb).await.unwrap_err();
-    let LeaseError::Provider { reason, .. } = &error else {
+    let LeaseError::Malformed { reason, .. } = &error else {
         panic!("{error:?}")
     };
     assert!(
