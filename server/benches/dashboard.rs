@@ -51,7 +51,8 @@ struct Args {
     /// Keep the database at the end (for `EXPLAIN ANALYZE` of the page queries).
     #[arg(long)]
     keep: bool,
-    /// Measure the pages on the database a `--keep` run left, without filling it again.
+    /// Measure the pages on the database a `--keep` run left, without filling it again (the
+    /// current state and the last hour of depth ticks are still sent).
     #[arg(long)]
     reuse: bool,
     /// The render target per page, at p99, in milliseconds.
@@ -478,10 +479,9 @@ fn main() {
         sender.join().unwrap();
     }
     let mut client = HttpClient::new(addr);
-    for body in current_state_batches(now_ms(), total + 1)
-        .into_iter()
-        .filter(|_| !args.reuse)
-    {
+    // Sequences above any history batch's, also when re-using a database.
+    let first_sequence = 1_000_000_000 + (now_ms() / 1000) as u64;
+    for body in current_state_batches(now_ms(), first_sequence) {
         let reply = client
             .request("POST", "/api/v1/ingest", Some(TOKEN), &body)
             .expect("ingest");
@@ -493,9 +493,7 @@ fn main() {
     // it wakes up.
     let (events, dead_letters, ticks, db_size) = rt.block_on(async {
         let pool = sqlx::PgPool::connect(&url).await.unwrap();
-        if !args.reuse {
-            sqlx::query("VACUUM ANALYZE").execute(&pool).await.unwrap();
-        }
+        sqlx::query("VACUUM ANALYZE").execute(&pool).await.unwrap();
         let count = |table: &'static str| {
             let pool = pool.clone();
             async move {
