@@ -400,7 +400,8 @@ fn start_server(database_url: &str, addr: SocketAddr) -> Child {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("start troupe-server");
-    let deadline = Instant::now() + Duration::from_secs(60);
+    // Migrations run before it listens; a new index on a large history takes a while.
+    let deadline = Instant::now() + Duration::from_secs(900);
     while std::net::TcpStream::connect(addr).is_err() {
         assert!(Instant::now() < deadline, "troupe-server did not listen");
         std::thread::sleep(Duration::from_millis(100));
