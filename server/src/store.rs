@@ -472,12 +472,13 @@ impl Store {
         Ok(with_pool!(self, |pool| {
             let mut q = sqlx::QueryBuilder::new("");
             match kinds.as_slice() {
-                // A subject's history is one range of the subject index, filtered by kind.
-                kinds if kinds.len() <= 1 || filter.subject.is_some() => {
+                // One range of the time, kind, subject or (subject, kind) index.
+                kinds if kinds.len() <= 1 => {
                     push_events_page(&mut q, cluster_id, filter, kinds);
                 }
-                // One range of the kind index per kind, merged: an IN list would make the
-                // database walk the time index past every event of other kinds.
+                // One range of the kind (or subject and kind) index per kind, merged: an IN
+                // list would make the database walk the time (or subject) index past every
+                // event of other kinds.
                 kinds => {
                     q.push("SELECT * FROM (");
                     for (i, kind) in kinds.iter().enumerate() {

@@ -85,6 +85,32 @@ impl TestDatabase {
         }
     }
 
+    /// Creates the database `name`, dropping a leftover of that name first (a benchmark's
+    /// database, so an interrupted run never leaves a second copy behind).
+    ///
+    /// # Panics
+    /// When PostgreSQL cannot be reached or the database cannot be made.
+    pub async fn recreate(name: &str) -> Self {
+        let admin_url = admin_database_url();
+        let mut admin = PgConnection::connect(&admin_url).await.unwrap_or_else(|e| {
+            panic!("cannot reach PostgreSQL at {admin_url} (set TROUPE_TEST_DATABASE_URL): {e}")
+        });
+        admin
+            .execute(format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)").as_str())
+            .await
+            .expect("drop the leftover database");
+        admin
+            .execute(format!("CREATE DATABASE \"{name}\"").as_str())
+            .await
+            .expect("create the database");
+        admin.close().await.ok();
+        Self {
+            url: with_database(&admin_url, name),
+            name: name.to_owned(),
+            admin_url,
+        }
+    }
+
     /// The database's URL.
     #[must_use]
     pub fn url(&self) -> &str {
