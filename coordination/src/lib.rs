@@ -24,4 +24,5 @@
 pub mod etcd;
 pub mod etcd_membership;
 mod grant;
+pub mod http;
 pub mod postgres;

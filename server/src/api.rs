@@ -2,6 +2,7 @@
 //! and the OpenAPI document. One file per resource in `api/`, each with its handlers and DTOs.
 
 pub mod clusters;
+pub mod coordination;
 pub mod dead_letters;
 pub mod events;
 pub mod ingest;
@@ -53,6 +54,18 @@ pub enum ApiError {
     /// No such cluster, member, singleton or router.
     #[error("{0}")]
     NotFound(String),
+    /// The request conflicts with the current state (a lease no longer held).
+    #[error("{0}")]
+    Conflict(String),
+    /// What was asked for is gone for good (compacted directory history).
+    #[error("{0}")]
+    Gone(String),
+    /// A backend the server relies on (etcd, the coordination database) is unreachable.
+    #[error("{0}")]
+    Unavailable(String),
+    /// A backend the server relies on answered with an error.
+    #[error("{0}")]
+    BadGateway(String),
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -94,6 +107,10 @@ impl ResponseError for ApiError {
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::Conflict(_) => StatusCode::CONFLICT,
+            Self::Gone(_) => StatusCode::GONE,
+            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::BadGateway(_) => StatusCode::BAD_GATEWAY,
             Self::Store(error) if store_unavailable(error) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -136,6 +153,7 @@ pub fn configure(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
                 web::scope("/api/v1")
                     .wrap(middleware::from_fn(trace_request))
                     .route("/ingest", web::post().to(ingest::ingest))
+                    .configure(coordination::routes)
                     .route("/openapi.json", web::get().to(openapi::document))
                     .route("/docs", web::get().to(openapi::docs_page))
                     .route("/events/stream", web::get().to(stream::stream))

@@ -14,6 +14,12 @@ use actix_web::dev::Server;
 use actix_web::{HttpServer, middleware};
 use tokio::sync::watch;
 
+use troupe::directory::InMemoryDirectory;
+use troupe::lease::InMemoryLeaseArbiter;
+use troupe_coordination::etcd::{EtcdDirectory, EtcdLeases};
+use troupe_coordination::postgres::PgCoordination;
+
+use crate::api::coordination::Coordination;
 use crate::auth::Tokens;
 use crate::live::LiveHub;
 use crate::metrics::Metrics;
@@ -33,6 +39,9 @@ pub enum AppError {
     /// OpenTelemetry export could not be set up.
     #[error("OpenTelemetry export: {0}")]
     Export(#[from] ExportError),
+    /// The coordination backend could not be set up.
+    #[error("coordination backend: {0}")]
+    Coordination(String),
     /// The listen address could not be bound, or the server failed.
     #[error("http server: {0}")]
     Io(#[from] std::io::Error),
@@ -55,6 +64,8 @@ pub struct AppState {
     pub shutdown: watch::Receiver<bool>,
     /// OpenTelemetry export of stored events, when configured.
     pub export: Option<Arc<EventExport>>,
+    /// The coordination API's backends, when set up.
+    pub coordination: Option<Arc<Coordination>>,
 }
 
 impl AppState {
@@ -65,12 +76,14 @@ impl AppState {
         let (sender, receiver) = watch::channel(false);
         let state = Self {
             store,
-            tokens: Tokens::new(ingest_token, config.admin_token.clone()),
+            tokens: Tokens::new(ingest_token, config.admin_token.clone())
+                .with_coordination(config.coordination_token.clone()),
             config: Arc::new(config),
             metrics: Arc::new(Metrics::new()),
             live: LiveHub::default(),
             shutdown: receiver,
             export: None,
+            coordination: None,
         };
         (state, ShutdownTrigger(Arc::new(sender)))
     }
@@ -81,6 +94,65 @@ impl AppState {
         self.export = Some(export);
         self
     }
+
+    /// Serves the coordination API from `coordination`.
+    #[must_use]
+    pub fn with_coordination(mut self, coordination: Arc<Coordination>) -> Self {
+        self.coordination = Some(coordination);
+        self
+    }
+}
+
+/// The coordination API's backends as configured: etcd when `--etcd-endpoints` is set, else
+/// the PostgreSQL store, else in memory (SQLite: single-replica development only).
+pub async fn coordination_backend(
+    config: &Config,
+    store: &Store,
+) -> Result<Coordination, AppError> {
+    if !config.etcd_endpoints.is_empty() {
+        let client = troupe_coordination::etcd::connect(&config.etcd_endpoints)
+            .await
+            .map_err(|e| {
+                AppError::Coordination(format!(
+                    "cannot connect to etcd at {:?} (--etcd-endpoints): {e}",
+                    config.etcd_endpoints
+                ))
+            })?;
+        let prefix = &config.coordination_prefix;
+        let invalid = |e: troupe_coordination::etcd::InvalidPrefix| {
+            AppError::Coordination(format!("--coordination-prefix: {e}"))
+        };
+        let leases = EtcdLeases::new(client.clone(), prefix).map_err(invalid)?;
+        let directory = EtcdDirectory::new(client, prefix).map_err(invalid)?;
+        return Ok(Coordination::new(
+            Arc::new(leases),
+            Arc::new(directory),
+            "etcd",
+        ));
+    }
+    if let Some(pool) = store.postgres_pool() {
+        let pg = PgCoordination::new(pool.clone(), &config.coordination_schema)
+            .await
+            .map_err(|e| {
+                AppError::Coordination(format!(
+                    "setting up schema {:?} (--coordination-schema): {e}",
+                    config.coordination_schema
+                ))
+            })?;
+        return Ok(Coordination::new(
+            Arc::new(pg.leases()),
+            Arc::new(pg.directory()),
+            "postgres",
+        ));
+    }
+    tracing::warn!(
+        "coordination API kept in memory (SQLite store, no --etcd-endpoints): single replica only, lost on restart"
+    );
+    Ok(Coordination::new(
+        Arc::new(InMemoryLeaseArbiter::new(Duration::from_secs(15))),
+        Arc::new(InMemoryDirectory::new()),
+        "in-memory",
+    ))
 }
 
 /// Starts a graceful shutdown from code (tests, embedding).
@@ -163,7 +235,17 @@ impl App {
             }
             None => None,
         };
+        let coordination = if config.coordination_token.is_some() {
+            let coordination = coordination_backend(&config, &store).await?;
+            tracing::info!(backend = coordination.backend(), "coordination API enabled");
+            Some(Arc::new(coordination))
+        } else {
+            None
+        };
         let (mut state, trigger) = AppState::new(config, store);
+        if let Some(coordination) = coordination {
+            state = state.with_coordination(coordination);
+        }
         if let Some(export) = export {
             state = state.with_export(export);
         }

@@ -13,13 +13,35 @@ use crate::api::ApiError;
 pub struct Tokens {
     ingest: String,
     admin: Option<String>,
+    coordination: Option<String>,
 }
 
 impl Tokens {
     /// `ingest` guards the ingest endpoint; `admin`, when set, guards member operations.
     #[must_use]
     pub fn new(ingest: String, admin: Option<String>) -> Self {
-        Self { ingest, admin }
+        Self {
+            ingest,
+            admin,
+            coordination: None,
+        }
+    }
+
+    /// `coordination`, when set, guards the coordination API (otherwise it is refused).
+    #[must_use]
+    pub fn with_coordination(mut self, coordination: Option<String>) -> Self {
+        self.coordination = coordination;
+        self
+    }
+
+    /// Refuses `req` unless it carries the coordination token; 403 when none is configured.
+    pub fn require_coordination(&self, req: &HttpRequest) -> Result<(), ApiError> {
+        match self.coordination.as_deref() {
+            None => Err(ApiError::Forbidden(
+                "the coordination API is off on this server; start it with --coordination-token (TROUPE_COORDINATION_TOKEN)",
+            )),
+            Some(expected) => check(req, Some(expected)),
+        }
     }
 
     /// Refuses `req` unless it carries the ingest token.

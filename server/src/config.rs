@@ -49,6 +49,33 @@ pub struct Config {
     #[arg(long, env = "TROUPE_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
 
+    /// Bearer token agents send to the coordination API (`/api/v1/coordination/…`: leases and
+    /// the actor directory). Unset: the coordination API answers 403.
+    #[arg(long, env = "TROUPE_COORDINATION_TOKEN", hide_env_values = true)]
+    pub coordination_token: Option<String>,
+
+    /// etcd endpoints (comma-separated) backing the coordination API. Unset: it is backed by
+    /// the server's PostgreSQL database (--database-url), or, on SQLite, kept in memory
+    /// (single-replica development only: grants and claims are lost on restart).
+    #[arg(long, env = "TROUPE_ETCD_ENDPOINTS", value_delimiter = ',')]
+    pub etcd_endpoints: Vec<String>,
+
+    /// etcd key prefix of the coordination API's leases and directory.
+    #[arg(
+        long,
+        env = "TROUPE_COORDINATION_PREFIX",
+        default_value = "/troupe/coordination/"
+    )]
+    pub coordination_prefix: String,
+
+    /// PostgreSQL schema of the coordination API's leases and directory (created if missing).
+    #[arg(
+        long,
+        env = "TROUPE_COORDINATION_SCHEMA",
+        default_value = "troupe_coordination"
+    )]
+    pub coordination_schema: String,
+
     /// Allow member operations (leave, down) through the API; off by default, and even then
     /// they need the admin token.
     #[arg(long, env = "TROUPE_ENABLE_MEMBER_OPERATIONS", default_value_t = false)]
@@ -110,6 +137,10 @@ impl Config {
             ingest_token: None,
             admin_token: None,
             enable_member_operations: false,
+            coordination_token: None,
+            etcd_endpoints: Vec::new(),
+            coordination_prefix: "/troupe/coordination/".to_owned(),
+            coordination_schema: "troupe_coordination".to_owned(),
             retention_days: 7,
             max_body_bytes: 8 * 1024 * 1024,
             workers: None,

@@ -29,6 +29,16 @@ use utoipa::{Modify, OpenApi};
         super::singletons::one,
         super::routers::list,
         super::routers::depth,
+        super::coordination::acquire,
+        super::coordination::renew,
+        super::coordination::release,
+        super::coordination::lease,
+        super::coordination::claim,
+        super::coordination::lookup,
+        super::coordination::unclaim,
+        super::coordination::evict,
+        super::coordination::snapshot,
+        super::coordination::watch,
     ),
     components(schemas(super::ErrorBody)),
     modifiers(&BearerAuth),
@@ -41,6 +51,7 @@ use utoipa::{Modify, OpenApi};
         (name = "dead letters", description = "Undeliverable messages"),
         (name = "singletons", description = "Cluster singletons and hand-overs"),
         (name = "routers", description = "Cluster routers and mailbox depths"),
+        (name = "coordination", description = "Leases and the actor directory for agents (needs --coordination-token)"),
     )
 )]
 pub struct ApiDoc;

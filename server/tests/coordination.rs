@@ -1,0 +1,441 @@
+//! The coordination API (`/api/v1/coordination/…`) through the HTTP client of
+//! troupe-coordination: the shared conformance suite against a real server backed by
+//! PostgreSQL (`TROUPE_TEST_DATABASE_URL`) and by etcd (`TROUPE_TEST_ETCD_ENDPOINTS`); every
+//! route refuses a missing or wrong token; malformed input gets 400 saying what is allowed; a
+//! client cut off from the server reports the loss before another owner can acquire.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use troupe::lease::{LeaseProvider, LeaseSettings};
+use troupe::testkit::conformance::Backend;
+use troupe_coordination::http::HttpCoordination;
+use troupe_server::testing::{TestDatabase, TestSqliteFile};
+use troupe_server::{App, Config};
+
+const TOKEN: &str = "coordination-secret";
+
+fn unique(tag: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    format!(
+        "{tag}_{secs}_{}_{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn etcd_endpoints() -> Vec<String> {
+    std::env::var("TROUPE_TEST_ETCD_ENDPOINTS")
+        .unwrap_or_else(|_| "http://127.0.0.1:2379".to_owned())
+        .split(',')
+        .map(str::to_owned)
+        .collect()
+}
+
+enum Store {
+    Postgres,
+    Etcd,
+    Sqlite,
+}
+
+/// A server on a free port, running until the test's runtime ends (which drops its database
+/// or file too). Answers its base URL.
+async fn server(store: Store, token: Option<&str>) -> String {
+    let mut config = Config::defaults();
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    config.coordination_token = token.map(str::to_owned);
+    config.ingest_token = Some("ingest".to_owned());
+    config.workers = Some(2);
+    config.shutdown_timeout_secs = 1;
+    config.db_max_connections = 4;
+    let sqlite = TestSqliteFile::new();
+    config.sqlite_path = sqlite.path().to_owned();
+    let database = match store {
+        Store::Postgres => {
+            let database = TestDatabase::create().await;
+            config.database_url = Some(database.url().to_owned());
+            config.db_max_connections = 12;
+            Some(database)
+        }
+        Store::Etcd => {
+            config.etcd_endpoints = etcd_endpoints();
+            config.coordination_prefix = format!("/troupe-test/{}/", unique("http"));
+            None
+        }
+        Store::Sqlite => None,
+    };
+    let app = App::build(config).await.unwrap_or_else(|e| {
+        panic!("server starts (TROUPE_TEST_DATABASE_URL / TROUPE_TEST_ETCD_ENDPOINTS): {e}")
+    });
+    let base = format!("http://{}", app.local_addr());
+    tokio::spawn(async move {
+        let _keep = (database, sqlite);
+        let _ = app.run().await;
+    });
+    base
+}
+
+mod postgres {
+    use super::*;
+
+    async fn through_server() -> Backend {
+        let base = server(Store::Postgres, Some(TOKEN)).await;
+        let client = HttpCoordination::new(&base, TOKEN).unwrap();
+        let settings =
+            LeaseSettings::new(Duration::from_secs(1), Duration::from_millis(250)).unwrap();
+        Backend::new(
+            "http+postgres",
+            Arc::new(client.leases()),
+            Arc::new(client.directory()),
+            settings,
+        )
+        .with_expiry_slack(Duration::from_millis(1000))
+    }
+
+    troupe::conformance_tests!(through_server);
+}
+
+mod etcd {
+    use super::*;
+
+    async fn through_server() -> Backend {
+        let base = server(Store::Etcd, Some(TOKEN)).await;
+        let client = HttpCoordination::new(&base, TOKEN).unwrap();
+        // etcd grants whole seconds.
+        let settings =
+            LeaseSettings::new(Duration::from_secs(2), Duration::from_millis(500)).unwrap();
+        Backend::new(
+            "http+etcd",
+            Arc::new(client.leases()),
+            Arc::new(client.directory()),
+            settings,
+        )
+        .with_expiry_slack(Duration::from_millis(1500))
+    }
+
+    troupe::conformance_tests!(through_server);
+}
+
+mod in_memory {
+    use super::*;
+
+    async fn through_server() -> Backend {
+        let base = server(Store::Sqlite, Some(TOKEN)).await;
+        let client = HttpCoordination::new(&base, TOKEN).unwrap();
+        let settings =
+            LeaseSettings::new(Duration::from_secs(1), Duration::from_millis(250)).unwrap();
+        Backend::new(
+            "http+in-memory",
+            Arc::new(client.leases()),
+            Arc::new(client.directory()),
+            settings,
+        )
+        .with_expiry_slack(Duration::from_millis(1000))
+    }
+
+    troupe::conformance_tests!(through_server);
+}
+
+/// Every route, with a valid body.
+fn routes() -> Vec<(reqwest::Method, &'static str, Option<serde_json::Value>)> {
+    use reqwest::Method;
+    use serde_json::json;
+    vec![
+        (
+            Method::POST,
+            "/leases/l/acquire",
+            Some(json!({"owner": "o", "ttl_ms": 3000})),
+        ),
+        (
+            Method::POST,
+            "/leases/l/renew",
+            Some(json!({"owner": "o", "token": 1})),
+        ),
+        (
+            Method::POST,
+            "/leases/l/release",
+            Some(json!({"owner": "o", "token": 1})),
+        ),
+        (Method::GET, "/leases/l", None),
+        (Method::POST, "/claims/a", Some(json!({"host": "h"}))),
+        (Method::GET, "/claims/a", None),
+        (Method::DELETE, "/claims/a?host=h", None),
+        (Method::POST, "/hosts/h/evict", None),
+        (Method::GET, "/directory", None),
+        (Method::GET, "/directory/watch?after=0&wait_ms=0", None),
+    ]
+}
+
+async fn send(
+    base: &str,
+    method: reqwest::Method,
+    path: &str,
+    token: Option<&str>,
+    body: Option<serde_json::Value>,
+) -> (u16, String) {
+    let mut request =
+        reqwest::Client::new().request(method, format!("{base}/api/v1/coordination{path}"));
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.expect("the server answers");
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap_or_default();
+    // Error bodies are `{"error": "...", "status": N}`: answer the message itself.
+    let message = serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
+        .unwrap_or(text);
+    (status, message)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_route_refuses_a_missing_or_wrong_token() {
+    let base = server(Store::Sqlite, Some(TOKEN)).await;
+    for (method, path, body) in routes() {
+        let (status, text) = send(&base, method.clone(), path, None, body.clone()).await;
+        assert_eq!(status, 401, "{method} {path} without a token: {text}");
+        assert!(text.contains("missing bearer token"), "{text}");
+        let (status, text) = send(&base, method.clone(), path, Some("wrong"), body.clone()).await;
+        assert_eq!(status, 401, "{method} {path} with a wrong token: {text}");
+        assert!(text.contains("wrong bearer token"), "{text}");
+        let (status, text) = send(&base, method.clone(), path, Some(TOKEN), body).await;
+        assert_eq!(status, 200, "{method} {path} with the token: {text}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_is_off_without_a_coordination_token() {
+    let base = server(Store::Sqlite, None).await;
+    for (method, path, body) in routes() {
+        let (status, text) = send(&base, method.clone(), path, Some(TOKEN), body).await;
+        assert_eq!(status, 403, "{method} {path}: {text}");
+        assert!(text.contains("--coordination-token"), "{text}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_input_gets_400_saying_what_is_allowed() {
+    use reqwest::Method;
+    use serde_json::json;
+    let base = server(Store::Sqlite, Some(TOKEN)).await;
+    let cases: Vec<(Method, &str, Option<serde_json::Value>, &str)> = vec![
+        (
+            Method::POST,
+            "/leases/l/acquire",
+            Some(json!({"owner": "o"})),
+            r#"expected {"owner": string, "ttl_ms": integer"#,
+        ),
+        (
+            Method::POST,
+            "/leases/l/acquire",
+            Some(json!({"owner": "o", "ttl_ms": "soon"})),
+            "ttl_ms",
+        ),
+        (
+            Method::POST,
+            "/leases/l/acquire",
+            Some(json!({"owner": "o", "ttl_ms": 1000, "renew_interval_ms": 900})),
+            "renew_interval_ms",
+        ),
+        (
+            Method::POST,
+            "/leases/l/acquire",
+            Some(json!({"owner": "", "ttl_ms": 3000})),
+            "owner must not be empty",
+        ),
+        (
+            Method::POST,
+            "/leases/l/renew",
+            Some(json!({"owner": "o", "token": -1})),
+            r#"expected {"owner": string, "token": integer}"#,
+        ),
+        (
+            Method::POST,
+            "/claims/a",
+            Some(json!({"hots": "h"})),
+            r#"expected {"host": string}"#,
+        ),
+        (
+            Method::POST,
+            "/claims/a",
+            Some(json!({"host": "bad\u{7}host"})),
+            "only printable characters are allowed",
+        ),
+        (Method::DELETE, "/claims/a", None, "?host=<host>"),
+        (
+            Method::GET,
+            "/directory/watch?after=x",
+            None,
+            "?after=<revision>",
+        ),
+        (
+            Method::GET,
+            "/directory/watch?after=0&wait_ms=600000",
+            None,
+            "at most 60000",
+        ),
+    ];
+    for (method, path, body, says) in cases {
+        let (status, text) = send(&base, method.clone(), path, Some(TOKEN), body).await;
+        assert_eq!(status, 400, "{method} {path}: {text}");
+        assert!(
+            text.contains(says),
+            "{method} {path}: {text:?} should say {says:?}"
+        );
+    }
+    // Not JSON at all.
+    let response = reqwest::Client::new()
+        .post(format!("{base}/api/v1/coordination/leases/l/acquire"))
+        .bearer_auth(TOKEN)
+        .body("owner=o")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 400);
+    assert!(
+        response
+            .text()
+            .await
+            .unwrap()
+            .contains("malformed JSON body")
+    );
+}
+
+/// A client cut off from the server longer than the TTL reports the loss before another owner
+/// can acquire, and the next holder's token is larger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_cut_off_from_the_server_reports_the_loss_before_another_can_acquire() {
+    let base = server(Store::Postgres, Some(TOKEN)).await;
+    let target = base
+        .trim_start_matches("http://")
+        .parse()
+        .expect("server address");
+    let proxy = CutProxy::start(target).await;
+    let settings = LeaseSettings::new(Duration::from_secs(3), Duration::from_secs(1)).unwrap();
+    let cut_off = HttpCoordination::new(&proxy.endpoint(), TOKEN)
+        .unwrap()
+        .leases();
+    let direct = HttpCoordination::new(&base, TOKEN).unwrap().leases();
+
+    let holder = cut_off.lease("fenced", "cut-off-node", &settings).unwrap();
+    let (lost_tx, lost_rx) = std::sync::mpsc::channel();
+    let first = holder
+        .acquire(Box::new(move |lost| {
+            let _ = lost_tx.send((tokio::time::Instant::now(), lost));
+        }))
+        .await
+        .unwrap()
+        .expect("a free lease is granted");
+    // A few renewals go through.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(holder.holds());
+    proxy.cut();
+    let cut_at = tokio::time::Instant::now();
+
+    let other = direct.lease("fenced", "other-node", &settings).unwrap();
+    let (acquired_at, token) = loop {
+        assert!(
+            cut_at.elapsed() < Duration::from_secs(10),
+            "the server never let the lease go"
+        );
+        if let Some(token) = other.acquire(Box::new(|_| {})).await.unwrap() {
+            break (tokio::time::Instant::now(), token);
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    };
+    let (lost_at, lost) = lost_rx
+        .try_recv()
+        .expect("the cut-off holder reported the loss before another owner acquired");
+    assert!(lost_at < acquired_at);
+    assert_eq!(lost.token, first);
+    assert!(!holder.holds());
+    assert!(token > first, "{token} after {first}");
+    assert!(
+        acquired_at - cut_at >= settings.ttl() - settings.renew_interval(),
+        "another owner acquired {:?} after the cut, before the TTL could pass",
+        acquired_at - cut_at
+    );
+    other.release().await.unwrap();
+}
+
+/// A TCP proxy to the server; `cut()` black-holes it (open connections stay open but forward
+/// nothing, new ones are accepted and never forwarded), as behind a dead switch.
+struct CutProxy {
+    addr: std::net::SocketAddr,
+    cut: Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl CutProxy {
+    async fn start(target: std::net::SocketAddr) -> Self {
+        use tokio::net::{TcpListener, TcpStream};
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let addr = listener.local_addr().expect("proxy address");
+        let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = Arc::clone(&cut);
+        let task = tokio::spawn(async move {
+            let mut held = Vec::new();
+            loop {
+                let Ok((inbound, _)) = listener.accept().await else {
+                    return;
+                };
+                if flag.load(Ordering::SeqCst) {
+                    held.push(inbound);
+                    continue;
+                }
+                let Ok(outbound) = TcpStream::connect(target).await else {
+                    continue;
+                };
+                let (ri, wi) = inbound.into_split();
+                let (ro, wo) = outbound.into_split();
+                tokio::spawn(pump(ri, wo, Arc::clone(&flag)));
+                tokio::spawn(pump(ro, wi, Arc::clone(&flag)));
+            }
+        });
+        Self { addr, cut, task }
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Drop for CutProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    cut: Arc<std::sync::atomic::AtomicBool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if cut.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
