@@ -142,12 +142,7 @@ impl EtcdLeases {
         owner: &str,
         settings: &LeaseSettings,
     ) -> Result<Arc<EtcdLease>, LeaseError> {
-        directory::validate_name("lease name", name)
-            .and(directory::validate_name("lease owner", owner))
-            .map_err(|e| LeaseError::Provider {
-                lease: name.to_owned(),
-                reason: e.to_string(),
-            })?;
+        crate::validate_lease_identity(name, owner)?;
         ttl_seconds(settings).map_err(|reason| LeaseError::Settings {
             lease: name.to_owned(),
             reason,

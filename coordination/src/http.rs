@@ -224,12 +224,7 @@ impl HttpLeases {
         owner: &str,
         settings: &LeaseSettings,
     ) -> Result<Arc<HttpLease>, LeaseError> {
-        directory::validate_name("lease name", name)
-            .and(directory::validate_name("lease owner", owner))
-            .map_err(|e| LeaseError::Provider {
-                lease: name.to_owned(),
-                reason: e.to_string(),
-            })?;
+        crate::validate_lease_identity(name, owner)?;
         Ok(Arc::new(HttpLease(GrantedLease::new(
             Arc::clone(&self.store),
             name,

@@ -26,3 +26,13 @@ pub mod etcd_membership;
 mod grant;
 pub mod http;
 pub mod postgres;
+
+/// Checks a lease's name and owner the way every backend here does before making a handle.
+fn validate_lease_identity(name: &str, owner: &str) -> Result<(), troupe::lease::LeaseError> {
+    troupe::directory::validate_name("lease name", name)
+        .and(troupe::directory::validate_name("lease owner", owner))
+        .map_err(|e| troupe::lease::LeaseError::Provider {
+            lease: name.to_owned(),
+            reason: e.to_string(),
+        })
+}

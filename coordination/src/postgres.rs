@@ -319,12 +319,7 @@ impl PgLeases {
         owner: &str,
         settings: &LeaseSettings,
     ) -> Result<Arc<PgLease>, LeaseError> {
-        directory::validate_name("lease name", name)
-            .and(directory::validate_name("lease owner", owner))
-            .map_err(|e| LeaseError::Provider {
-                lease: name.to_owned(),
-                reason: e.to_string(),
-            })?;
+        crate::validate_lease_identity(name, owner)?;
         if settings.ttl() < Duration::from_millis(1) {
             return Err(LeaseError::Settings {
                 lease: name.to_owned(),
