@@ -43,7 +43,7 @@ use kube::api::{
 };
 use tokio::sync::{mpsc, watch};
 use troupe::ActorSystem;
-use troupe::cluster::{ClusterError, MembershipControl, MembershipProvider, ViewSink};
+use troupe::cluster::{ClusterError, Departure, MembershipControl, MembershipProvider, ViewSink};
 use troupe::remote::{Address, UniqueAddress};
 
 pub use machine::{
@@ -399,7 +399,14 @@ impl Shell {
             }
         }
         watcher.abort();
-        self.sink.mark_terminated();
+        let departure = match &*self.health.borrow() {
+            HostHealth::Fenced { reason } => Departure::Fenced {
+                reason: format!("Kubernetes Lease membership: {reason}"),
+            },
+            HostHealth::Leaving | HostHealth::Left => Departure::Left,
+            HostHealth::Starting | HostHealth::Up | HostHealth::Stopped => Departure::Stopped,
+        };
+        self.sink.depart(departure);
     }
 
     /// Do one action; true when the shell should stop.
