@@ -11,6 +11,9 @@
 //!
 //! The RBAC the service account needs is in `docs/operations.md`.
 
+/// The kube client crate this one is built on (for the types in its API).
+pub use kube;
+
 mod error;
 pub mod lease;
 pub mod membership;

@@ -14,6 +14,7 @@
 //! silently lost.
 
 mod dead_letter;
+mod directory;
 mod event;
 mod health;
 mod identity;
@@ -23,6 +24,7 @@ mod router;
 mod singleton;
 
 pub use dead_letter::DeadLetterEvent;
+pub use directory::HostEviction;
 pub use event::{Event, EventBody, EventCategory, EventKind, UnknownEventKind};
 pub use health::{AgentHealth, HealthChange};
 pub use identity::{AgentIdentity, AgentMeta};
