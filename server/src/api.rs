@@ -11,6 +11,7 @@ pub mod leases;
 pub mod members;
 pub mod nodes;
 pub mod openapi;
+pub mod probes;
 pub mod prometheus;
 pub mod routers;
 pub mod singletons;
@@ -28,6 +29,8 @@ pub fn configure(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
     move |cfg| {
         cfg.app_data(web::Data::new(state))
             .route("/metrics", web::get().to(prometheus::metrics))
+            .route("/livez", web::get().to(probes::livez))
+            .route("/readyz", web::get().to(probes::readyz))
             .service(
                 web::scope("/api/v1")
                     .wrap(middleware::from_fn(trace_request))

@@ -48,6 +48,25 @@ macro_rules! with_pool {
     };
 }
 
+static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
+static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
+
+/// Why the store cannot serve requests now.
+#[derive(Debug, thiserror::Error)]
+pub enum NotReady {
+    /// The database did not answer.
+    #[error("the database does not answer: {0}")]
+    Unreachable(#[source] StoreError),
+    /// A migration this server needs is not applied.
+    #[error("migration {version} ({description}) is not applied")]
+    Migration {
+        /// Its version.
+        version: i64,
+        /// Its description.
+        description: String,
+    },
+}
+
 /// Which backend a [`Store`] uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BackendKind {
@@ -127,7 +146,7 @@ impl Store {
             .acquire_timeout(acquire_timeout)
             .connect_with(options)
             .await?;
-        sqlx::migrate!("../migrations/postgres").run(&pool).await?;
+        POSTGRES_MIGRATIONS.run(&pool).await?;
         Ok(Self::with_backend(Backend::Postgres(pool)))
     }
 
@@ -144,7 +163,7 @@ impl Store {
             .max_connections(max_connections.max(1))
             .connect_with(options)
             .await?;
-        sqlx::migrate!("../migrations/sqlite").run(&pool).await?;
+        SQLITE_MIGRATIONS.run(&pool).await?;
         Ok(Self::with_backend(Backend::Sqlite(pool)))
     }
 
@@ -170,6 +189,26 @@ impl Store {
         match &self.backend {
             Backend::Postgres(pool) => Some(pool),
             Backend::Sqlite(_) => None,
+        }
+    }
+
+    /// Whether the database answers and every migration this server knows is applied.
+    pub async fn check_ready(&self) -> Result<(), NotReady> {
+        let applied: Vec<i64> =
+            with_pool!(self, |pool| sqlx::query_scalar(sql::APPLIED_MIGRATIONS)
+                .fetch_all(pool)
+                .await
+                .map_err(|e| NotReady::Unreachable(e.into()))?);
+        let migrator = match self.backend {
+            Backend::Postgres(_) => &POSTGRES_MIGRATIONS,
+            Backend::Sqlite(_) => &SQLITE_MIGRATIONS,
+        };
+        match migrator.iter().find(|m| !applied.contains(&m.version)) {
+            Some(missing) => Err(NotReady::Migration {
+                version: missing.version,
+                description: missing.description.to_string(),
+            }),
+            None => Ok(()),
         }
     }
 

@@ -13,6 +13,8 @@ use utoipa::{Modify, OpenApi};
         description = "Ingest of agent reports and the management API of a Troupe actor cluster."
     ),
     paths(
+        super::probes::livez,
+        super::probes::readyz,
         super::ingest::ingest,
         super::clusters::list,
         super::clusters::one,
@@ -43,6 +45,7 @@ use utoipa::{Modify, OpenApi};
     components(schemas(crate::error::ErrorBody)),
     modifiers(&BearerAuth),
     tags(
+        (name = "probes", description = "Liveness and readiness, without a token"),
         (name = "ingest", description = "Agents' report batches"),
         (name = "clusters", description = "Clusters that report"),
         (name = "members", description = "Members as last reported; leave and down"),
