@@ -10,7 +10,10 @@ use serde_json::json;
 use tokio::sync::{mpsc, watch};
 use troupe::ActorSystem;
 use troupe::cluster::{Cluster, ClusterEvent, ClusterNotification};
-use troupe::remote::{Address, Remoting, SimNetwork, UniqueAddress};
+use troupe::remoting::Remoting;
+use troupe::singleton::ClusterSingleton;
+use troupe::transport::SimNetwork;
+use troupe::{Address, UniqueAddress};
 use troupe_kubernetes::membership::lease_name;
 use troupe_kubernetes::standin::{Fault, StandIn};
 use troupe_kubernetes::{HostHealth, KubeMembership, KubeMembershipSettings, KubeTiming};
@@ -355,7 +358,7 @@ async fn a_malformed_member_lease_is_ignored_not_a_panic() {
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct Ping;
 
-impl troupe::remote::RemoteMessage for Ping {
+impl troupe::remoting::RemoteMessage for Ping {
     const MANIFEST: &'static str = "test.Ping";
 }
 
@@ -397,8 +400,7 @@ async fn a_fenced_host_stops_the_singleton_it_hosted() {
     let counter = Arc::clone(&running);
     let key = troupe::singleton::SingletonKey::of::<Ping>("scheduler", None);
     let props = troupe::Props::new(move || Counted(Arc::clone(&counter)));
-    a.cluster
-        .singleton()
+    ClusterSingleton::get(&a.cluster)
         .start(&key, troupe::singleton::StartSingletonOptions::new(props))
         .unwrap();
     eventually("the singleton runs on a", Duration::from_secs(5), || {

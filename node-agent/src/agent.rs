@@ -44,8 +44,9 @@ use tokio::sync::mpsc;
 use troupe::cluster::{Cluster, ClusterNotification, MemberStatus, MembershipProvider};
 use troupe::directory::Directory;
 use troupe::lease::{LeaseProvider, LeaseSettings};
-use troupe::remote::{ClusterSecret, Remoting, TcpTransport, TcpTransportConfig};
+use troupe::remoting::Remoting;
 use troupe::singleton::{SingletonKey, SingletonProxy, StartSingletonOptions};
+use troupe::transport::{ClusterSecret, TcpTransport, TcpTransportConfig};
 use troupe::{Actor, ActorSystem};
 
 use crate::backends::{self, MembershipChoice, SingletonLeases};
@@ -97,7 +98,7 @@ impl AgentContext {
     ) -> Result<SingletonProxy<A::Msg>, AppError>
     where
         A: Actor,
-        A::Msg: troupe::remote::RemoteMessage,
+        A::Msg: troupe::remoting::RemoteMessage,
     {
         let options = match &self.singleton_leases {
             None => options,
@@ -113,7 +114,7 @@ impl AgentContext {
                     .with_acquire_retry_interval(leases.retry_interval)
             }
         };
-        Ok(self.cluster.singleton().start(key, options)?)
+        Ok(troupe::singleton::ClusterSingleton::get(&self.cluster).start(key, options)?)
     }
 
     /// The directory (`--directory`, or the builder's), when there is one.

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use troupe::remote::Address;
+use troupe::Address;
 
 /// Which membership provider decides who is in the cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum)]

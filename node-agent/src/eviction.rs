@@ -17,9 +17,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use troupe::UniqueAddress;
 use troupe::cluster::{Cluster, ClusterEvent, ClusterNotification};
 use troupe::directory::Directory;
-use troupe::remote::UniqueAddress;
 
 use crate::reporter::ReporterHandle;
 

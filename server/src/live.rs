@@ -58,8 +58,8 @@ impl LiveHub {
             let mut json = serde_json::json!({
                 "cluster": id.cluster,
                 "node": id.node,
-                "incarnation": id.incarnation,
-                "at": crate::api::rfc3339(event.at_ms),
+                "incarnation": id.incarnation.to_string(),
+                "at": crate::time::rfc3339(event.at_ms),
                 "at_ms": event.at_ms,
             });
             if let (Some(object), Ok(serde_json::Value::Object(body))) =

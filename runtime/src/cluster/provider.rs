@@ -9,10 +9,11 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::Shared;
-use super::daemon::ClusterError;
+use super::error::ClusterError;
 use super::events::ClusterView;
 use super::member::MemberStatus;
-use crate::remote::{Address, Remoting};
+use crate::Address;
+use crate::remoting::Remoting;
 use crate::system::ActorSystem;
 
 /// Where a provider publishes each new view of the cluster.

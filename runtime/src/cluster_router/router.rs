@@ -25,13 +25,12 @@ use super::events::ClusterRouterEvent;
 use super::options::{ClusterRouterError, ClusterRouterOptions, ValidOptions};
 use super::routee_set::{Estimates, resume_cursor};
 use crate::actor::{Actor, ActorError};
-use crate::cell::Envelope;
 use crate::context::Context;
 use crate::dead_letter::{DeadLetter, DeadLetterReason};
 use crate::path::ActorPath;
 use crate::props::Props;
-use crate::remote::RemoteMessage;
-use crate::remote::remoting::with_context;
+use crate::remoting::RemoteMessage;
+use crate::remoting::with_context;
 use crate::routing::{RoutingLogic, RoutingStrategy, Selection};
 
 /// Warn again about an empty routee set after this many more dead letters.
@@ -147,11 +146,7 @@ impl<M: RemoteMessage> ClusterRouter<M> {
 
     fn deliver(&self, index: usize, message: M, ctx: &Context<Self>) {
         let routee = &self.current.routees[index];
-        let envelope = Envelope::Message {
-            message,
-            sender: Self::sender(ctx),
-        };
-        if routee.cell.deliver(envelope).is_err() {
+        if routee.try_tell_with(message, Self::sender(ctx)).is_err() {
             let node = self.current.table.nodes()[index].clone();
             let reason = DeadLetterReason::Other(format!("could not be sent to node {node}"));
             self.dead_letter(ctx, routee.path().clone(), Some(node), reason);
@@ -204,7 +199,7 @@ impl<M: RemoteMessage> ClusterRouter<M> {
         &self,
         ctx: &Context<Self>,
         recipient: ActorPath,
-        routee: Option<crate::remote::Address>,
+        routee: Option<crate::Address>,
         reason: DeadLetterReason,
     ) {
         let system = ctx.system();

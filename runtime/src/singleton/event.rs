@@ -5,8 +5,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::Address;
 use crate::lease::FencingToken;
-use crate::remote::Address;
 
 /// One step in the life of a singleton, as this node's manager saw it. Every variant names the
 /// singleton (`type_name`) and the node whose manager published it (`node`).
@@ -198,7 +198,7 @@ pub enum StopReason {
     HandedOver,
     /// The lease was lost; the instance was stopped before re-acquiring.
     LeaseLost,
-    /// `cluster.singleton().stop(..)` stopped this node's manager.
+    /// `ClusterSingleton::get(&cluster).stop(..)` stopped this node's manager.
     ManagerStopped,
     /// The instance stopped on its own (`stop_self`, or its supervisor gave up).
     Unexpected,

@@ -42,6 +42,7 @@ use super::election::elect_host;
 use super::event::{DeadLetterCause, SingletonEvent};
 use super::manager::{InternalMsg, ManagerMsg};
 use super::payload::Payload;
+use crate::Address;
 use crate::actor::{Actor, ActorError};
 use crate::actor_ref::ActorRef;
 use crate::ask::{AskRequest, ReplyTo};
@@ -49,7 +50,7 @@ use crate::cluster::{Cluster, MemberStatus};
 use crate::context::Context;
 use crate::dead_letter::{DeadLetter, DeadLetterReason};
 use crate::path::ActorPath;
-use crate::remote::{Address, RemoteMessage};
+use crate::remoting::RemoteMessage;
 
 /// How long a proxy waits for the previous host's manager to give back held messages.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
@@ -287,6 +288,7 @@ pub(crate) struct ProxyActor<M: RemoteMessage> {
     warned_overflow: bool,
     subscription: Option<tokio::task::JoinHandle<()>>,
     fast: Arc<FastPath<M>>,
+    registry: Arc<super::Registry>,
 }
 
 impl<M: RemoteMessage> ProxyActor<M> {
@@ -296,9 +298,11 @@ impl<M: RemoteMessage> ProxyActor<M> {
         cluster: Cluster,
         buffer_size: usize,
         fast: Arc<FastPath<M>>,
+        registry: Arc<super::Registry>,
     ) -> Self {
         Self {
             fast,
+            registry,
             manager_elements: super::manager_elements(&type_name),
             me: cluster.self_address().clone(),
             type_name,
@@ -377,7 +381,7 @@ impl<M: RemoteMessage> ProxyActor<M> {
 
     /// The local manager if `start` is in effect on this node.
     fn local_manager(&mut self) -> Option<ActorRef<ManagerMsg>> {
-        let registry = self.cluster.singleton_registry();
+        let registry = &self.registry;
         let generation = registry.generation();
         match &self.local_manager {
             Some((cached, manager)) if *cached == generation => manager.clone(),

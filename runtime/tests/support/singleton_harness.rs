@@ -12,8 +12,10 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
+use troupe::Address;
 use troupe::cluster::MembershipSettings;
-use troupe::remote::{Address, RemoteMessage};
+use troupe::remoting::RemoteMessage;
+use troupe::singleton::ClusterSingleton;
 use troupe::singleton::{SingletonEvent, SingletonKey, SingletonProxy, StartSingletonOptions};
 use troupe::testkit::{SimCluster, sim_address};
 use troupe::{Actor, ActorError, Context, Props, ReplyTo, Subscription};
@@ -233,9 +235,7 @@ pub(crate) fn start(
         sim_address(i),
         Duration::ZERO,
     )));
-    sim.node(i)
-        .cluster
-        .singleton()
+    ClusterSingleton::get(&sim.node(i).cluster)
         .start(&key(role), options)
         .expect("singleton starts")
 }

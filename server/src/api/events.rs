@@ -11,9 +11,13 @@ use serde::{Deserialize, Serialize};
 use troupe_protocol::EventKind;
 use utoipa::ToSchema;
 
-use super::{ApiError, datetime, find_cluster, page_size, parse_cursor, parse_time};
-use crate::app::AppState;
+use super::clusters::find_cluster;
+use crate::error::{ApiError, ErrorBody};
+use crate::paging::{next_cursor, page_size, parse_cursor};
+use crate::request::query;
+use crate::state::AppState;
 use crate::store::{EventFilter, EventRow};
+use crate::time::{datetime, parse_time};
 
 /// A stored event.
 #[derive(Debug, Serialize, ToSchema)]
@@ -33,6 +37,8 @@ pub struct EventDto {
     /// The reporting node's address.
     pub node: String,
     /// The reporting node's incarnation.
+    #[serde(with = "troupe_protocol::wire::u64_string")]
+    #[schema(value_type = String, format = "uint64")]
     pub incarnation: u64,
     /// The event's fields as the agent sent them (with `kind`).
     #[schema(value_type = Object)]
@@ -53,8 +59,17 @@ impl From<EventRow> for EventDto {
             subject: row.subject,
             node: row.node,
             incarnation: row.incarnation as u64,
-            detail: serde_json::from_str(&row.detail).unwrap_or(serde_json::Value::Null),
+            detail: detail_json(&row.detail),
         }
+    }
+}
+
+/// A stored event body as JSON in today's wire form (u64 values as strings), whatever form it
+/// was stored in; a body that no longer parses is shown as stored.
+pub(crate) fn detail_json(stored: &str) -> serde_json::Value {
+    match serde_json::from_str::<troupe_protocol::EventBody>(stored) {
+        Ok(body) => serde_json::to_value(&body).unwrap_or(serde_json::Value::Null),
+        Err(_) => serde_json::from_str(stored).unwrap_or(serde_json::Value::Null),
     }
 }
 
@@ -128,14 +143,14 @@ pub(crate) fn kinds_filter(
 /// A cluster's events, newest first, filtered by kind, node, subject and time range.
 #[utoipa::path(get, path = "/api/v1/clusters/{cluster}/events", tag = "events",
     params(("cluster" = String, Path, description = "Cluster name"), EventsQuery),
-    responses((status = 200, body = EventPage), (status = 400, body = super::ErrorBody),
-              (status = 404, body = super::ErrorBody)))]
+    responses((status = 200, body = EventPage), (status = 400, body = ErrorBody),
+              (status = 404, body = ErrorBody)))]
 pub async fn list(
     state: web::Data<AppState>,
     req: HttpRequest,
     cluster: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let query: EventsQuery = super::query(&req)?;
+    let query: EventsQuery = query(&req)?;
     let filter = EventFilter {
         kinds: kinds_filter(&query.kind, &query.category)?,
         node: query.node,
@@ -147,11 +162,31 @@ pub async fn list(
     };
     let cluster = find_cluster(&state, &cluster).await?;
     let rows = state.store.events(cluster.id, &filter).await?;
-    let next_cursor = (rows.len() as i64 == filter.limit)
-        .then(|| rows.last().map(|r| super::cursor_after(r.at_ms, r.id)))
-        .flatten();
+    let next_cursor = next_cursor(
+        rows.len(),
+        filter.limit,
+        rows.last().map(|r| (r.at_ms, r.id)),
+    );
     Ok(HttpResponse::Ok().json(EventPage {
         events: rows.into_iter().map(Into::into).collect(),
         next_cursor,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::detail_json;
+
+    #[test]
+    fn details_stored_with_numbers_are_shown_with_u64_strings() {
+        let stored = r#"{"kind":"SingletonHandOverCompleted","singleton":"s","new_host":"a:1","duration_ms":740}"#;
+        let shown = detail_json(stored);
+        assert_eq!(shown["duration_ms"], "740");
+        assert_eq!(shown["kind"], "SingletonHandOverCompleted");
+        assert_eq!(
+            detail_json(r#"{"kind":"Gone","x":1}"#)["x"],
+            1,
+            "kept as stored"
+        );
+    }
 }

@@ -5,9 +5,11 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::{ApiError, datetime, find_cluster};
-use crate::app::AppState;
+use super::clusters::find_cluster;
+use crate::error::{ApiError, ErrorBody};
+use crate::state::AppState;
 use crate::store::AgentRow;
+use crate::time::datetime;
 
 /// Items an agent dropped since it started, by kind.
 #[derive(Debug, Clone, Copy, Serialize, ToSchema)]
@@ -32,6 +34,8 @@ pub struct NodeDto {
     /// Its address.
     pub node: String,
     /// Its incarnation.
+    #[serde(with = "troupe_protocol::wire::u64_string")]
+    #[schema(value_type = String, format = "uint64")]
     pub incarnation: u64,
     /// The machine it runs on (`meta.node`).
     pub meta_node: Option<String>,
@@ -75,7 +79,7 @@ impl From<AgentRow> for NodeDto {
 /// Every agent incarnation of a cluster, by address, newest incarnation first.
 #[utoipa::path(get, path = "/api/v1/clusters/{cluster}/nodes", tag = "nodes",
     params(("cluster" = String, Path, description = "Cluster name")),
-    responses((status = 200, body = [NodeDto]), (status = 404, body = super::ErrorBody)))]
+    responses((status = 200, body = [NodeDto]), (status = 404, body = ErrorBody)))]
 pub async fn list(
     state: web::Data<AppState>,
     cluster: web::Path<String>,
