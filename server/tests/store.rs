@@ -51,7 +51,7 @@ store_suite!(
     agent_health_is_the_latest_reported,
     retention_deletes_only_history_older_than_the_cutoff,
     member_operation_is_delivered_once_with_the_next_ack,
-    member_operation_waits_for_an_agent_that_is_not_draining_or_fenced,
+    member_operation_waits_for_a_ready_agent_never_a_starting_draining_or_fenced_one,
     depth_ticks_are_stored_one_row_per_tick,
     concurrent_batches_touching_the_same_members_in_opposite_orders_all_commit,
     history_is_ordered_by_event_time_not_arrival,
@@ -502,7 +502,9 @@ async fn member_operation_is_delivered_once_with_the_next_ack(store: &Store) {
     assert!(ack.operations.is_empty());
 }
 
-async fn member_operation_waits_for_an_agent_that_is_not_draining_or_fenced(store: &Store) {
+async fn member_operation_waits_for_a_ready_agent_never_a_starting_draining_or_fenced_one(
+    store: &Store,
+) {
     use troupe_protocol::{AgentHealth, HealthChange};
     let health = |h| {
         EventBody::AgentHealthChanged(HealthChange {
