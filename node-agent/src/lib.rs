@@ -258,6 +258,7 @@ impl Agent {
         }
         let metrics = Arc::new(metrics::AgentMetrics::new());
         metrics.count_dead_letters(&system);
+        metrics.count_runtime_events(&system, &cluster);
         let management = management::ManagementServer::serve(
             management_listener,
             management::Sources {
