@@ -1,7 +1,7 @@
 //! The agent's Prometheus metrics (`/metrics` on the management listener, OpenMetrics text).
 //!
 //! Every name starts with `troupe_agent_`. Labels are bounded: dead-letter reasons and member
-//! statuses are closed sets; mailbox depth is one series per *watched* path or router (the
+//! statuses are closed sets, each with a series from the start; mailbox depth is one series per *watched* path or router (the
 //! application registers them with [`crate::Agent::watch_depth`]), never one per actor — a
 //! router's routees are summed into one series per router.
 //!
@@ -50,6 +50,17 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Every reason: each has a series from the start (at 0), so a rate over one is 0, not
+    /// empty, before the first such dead letter.
+    pub const ALL: [Self; 6] = [
+        Self::RecipientStopped,
+        Self::UnknownRecipient,
+        Self::MailboxFull,
+        Self::AskerGone,
+        Self::NoRoutees,
+        Self::Other,
+    ];
+
     /// The label value of a runtime reason.
     #[must_use]
     pub fn of(reason: &DeadLetterReason) -> Self {
@@ -366,6 +377,9 @@ impl AgentMetrics {
     pub fn new() -> Self {
         let mut registry = Registry::default();
         let dead_letters = Family::<ReasonLabels, Counter>::default();
+        for reason in Reason::ALL {
+            let _ = dead_letters.get_or_create(&ReasonLabels { reason });
+        }
         registry.register(
             "troupe_agent_dead_letters",
             "Messages that could not be delivered on this node, by reason",

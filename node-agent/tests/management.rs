@@ -257,8 +257,8 @@ async fn metrics_show_dead_letters_membership_depths_and_reporter_traffic() {
             &text,
             r#"troupe_agent_dead_letters_total{reason="mailbox_full"}"#
         ),
-        None,
-        "only reasons that happened have a series"
+        Some(0.0),
+        "reasons that did not happen are at 0"
     );
     let text = scrape_until(
         &client,
