@@ -38,8 +38,8 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
-use super::address::{Address, UniqueAddress};
 use super::frame::FrameError;
+use crate::address::{Address, UniqueAddress};
 
 /// The handshake protocol version this build speaks.
 pub const PROTOCOL_VERSION: u16 = 1;
