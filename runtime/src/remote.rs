@@ -7,6 +7,7 @@
 //! reads an address from a payload.
 
 mod address;
+pub(crate) mod admission;
 pub mod envelope;
 pub mod frame;
 pub mod handshake;
