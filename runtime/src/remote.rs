@@ -11,12 +11,14 @@ pub(crate) mod admission;
 pub mod envelope;
 pub mod frame;
 pub mod handshake;
+pub mod handshake_v2;
 pub(crate) mod remoting;
 mod sim;
 mod stats;
 mod tcp;
 pub mod tls;
 mod transport;
+pub mod version;
 
 pub use address::{Address, AddressError, UniqueAddress};
 pub use envelope::{EnvelopeError, WireEnvelope};
