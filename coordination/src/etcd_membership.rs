@@ -32,7 +32,7 @@ use troupe::cluster::{
     ViewSink,
 };
 use troupe::lease::{Lease, LeaseProvider, LeaseSettings};
-use troupe::remote::{Address, UniqueAddress};
+use troupe::{Address, UniqueAddress};
 
 use crate::etcd::{EtcdLeases, InvalidPrefix};
 

@@ -14,7 +14,9 @@ use tokio::time::Instant;
 use troupe::ActorSystem;
 use troupe::cluster::Cluster;
 use troupe::lease::LeaseSettings;
-use troupe::remote::{Address, Remoting, SimNetwork, UniqueAddress};
+use troupe::remoting::Remoting;
+use troupe::transport::SimNetwork;
+use troupe::{Address, UniqueAddress};
 use troupe_coordination::etcd_membership::{EtcdMembership, MembershipHealth};
 
 struct Node {

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use troupe::directory::{Directory, DirectoryChange};
 use troupe::lease::{FencingToken, Lease, LeaseLostCallback, LeaseProvider, LeaseSettings};
-use troupe::remote::RemoteMessage;
+use troupe::remoting::RemoteMessage;
 use troupe::singleton::{SingletonKey, StartSingletonOptions};
 use troupe::testkit::SimCluster;
 use troupe::{Actor, ActorError, Context, Props};

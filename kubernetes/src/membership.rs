@@ -44,7 +44,7 @@ use kube::api::{
 use tokio::sync::{mpsc, watch};
 use troupe::ActorSystem;
 use troupe::cluster::{ClusterError, MembershipControl, MembershipProvider, ViewSink};
-use troupe::remote::{Address, UniqueAddress};
+use troupe::{Address, UniqueAddress};
 
 pub use machine::{
     Action, Event, HostHealth, MembershipMachine, Now, PeerLease, Purpose, WriteError,

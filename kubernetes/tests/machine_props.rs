@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use troupe::cluster::MemberStatus;
-use troupe::remote::{Address, UniqueAddress};
+use troupe::{Address, UniqueAddress};
 use troupe_kubernetes::KubeTiming;
 use troupe_kubernetes::membership::{
     Action, Event, HostHealth, MembershipMachine, Now, PeerLease, Purpose, WriteError,

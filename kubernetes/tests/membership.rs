@@ -10,7 +10,9 @@ use serde_json::json;
 use tokio::sync::{mpsc, watch};
 use troupe::ActorSystem;
 use troupe::cluster::{Cluster, ClusterEvent, ClusterNotification};
-use troupe::remote::{Address, Remoting, SimNetwork, UniqueAddress};
+use troupe::remoting::Remoting;
+use troupe::transport::SimNetwork;
+use troupe::{Address, UniqueAddress};
 use troupe_kubernetes::membership::lease_name;
 use troupe_kubernetes::standin::{Fault, StandIn};
 use troupe_kubernetes::{HostHealth, KubeMembership, KubeMembershipSettings, KubeTiming};
@@ -339,7 +341,7 @@ async fn a_malformed_member_lease_is_ignored_not_a_panic() {
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct Ping;
 
-impl troupe::remote::RemoteMessage for Ping {
+impl troupe::remoting::RemoteMessage for Ping {
     const MANIFEST: &'static str = "test.Ping";
 }
 

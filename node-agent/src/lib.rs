@@ -17,8 +17,9 @@ use std::time::Duration;
 
 use clap::Parser;
 use tokio::sync::mpsc;
+use troupe::Address;
 use troupe::cluster::{Cluster, ClusterEvent, ClusterNotification, Member, MembershipSettings};
-use troupe::remote::{Address, ClusterSecret, TcpTransport, TcpTransportConfig};
+use troupe::transport::{ClusterSecret, TcpTransport, TcpTransportConfig};
 use troupe::{ActorSystem, SystemError};
 
 /// Command line and environment of `troupe-agent`.

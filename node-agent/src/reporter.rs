@@ -167,7 +167,7 @@ fn carry_out(cluster: &Cluster, operation: &troupe_protocol::MemberOperation) {
         tracing::warn!(address = %operation.address, "member operation has a bad port; ignored");
         return;
     };
-    let address = troupe::remote::Address::new(&cluster.self_address().system, host, port);
+    let address = troupe::Address::new(&cluster.self_address().system, host, port);
     tracing::info!(%address, operation = operation.operation.as_str(), "carrying out a member operation from the control plane");
     match operation.operation {
         troupe_protocol::OperationKind::Leave => cluster.leave_member(address),

@@ -18,15 +18,15 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
+use troupe::Address;
 use troupe::cluster::{Cluster, MemberStatus, MembershipSettings};
 use troupe::cluster_router::{
     ClusterMailboxDepthAgent, ClusterRouter, ClusterRouterEvent, ClusterRouterOptions,
     RoutingTable, ServingDepths,
 };
-use troupe::remote::{
-    Address, ClusterSecret, RemoteMessage, TcpTransport, TcpTransportConfig, Transport,
-};
+use troupe::remoting::RemoteMessage;
 use troupe::routing::{RoutingLogic, RoutingStrategy};
+use troupe::transport::{ClusterSecret, TcpTransport, TcpTransportConfig, Transport};
 use troupe::{Actor, ActorError, ActorRef, ActorSystem, Context, Props};
 
 #[derive(Serialize, Deserialize)]

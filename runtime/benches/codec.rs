@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-/// The same shape as `troupe::remote::WireEnvelope`, redeclared so every codec sees the same
+/// The same shape as `troupe::remoting::WireEnvelope`, redeclared so every codec sees the same
 /// serde impl.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Envelope {

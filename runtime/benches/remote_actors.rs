@@ -13,9 +13,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 use troupe::cluster::{Cluster, MemberStatus, MembershipSettings};
-use troupe::remote::{
-    ClusterSecret, RemoteMessage, Remoting, TcpTransport, TcpTransportConfig, Transport,
-};
+use troupe::remoting::{RemoteMessage, Remoting};
+use troupe::transport::{ClusterSecret, TcpTransport, TcpTransportConfig, Transport};
 use troupe::{Actor, ActorError, ActorRef, ActorSystem, Context, Props, ReplyTo};
 
 #[derive(Serialize, Deserialize)]
@@ -223,7 +222,7 @@ async fn run_sink_process(messages: u64) {
 
 /// Child process: a cluster node joining `TROUPE_BENCH_SEED`; runs until killed.
 async fn run_node_process() {
-    let seed: troupe::remote::Address = std::env::var("TROUPE_BENCH_SEED")
+    let seed: troupe::Address = std::env::var("TROUPE_BENCH_SEED")
         .expect("seed")
         .parse()
         .expect("seed address");
@@ -325,7 +324,7 @@ async fn sigkill_detection() -> (Duration, Duration) {
     let mut children: Vec<_> = (0..2)
         .map(|_| child("node", &[("TROUPE_BENCH_SEED", seed.to_string())]))
         .collect();
-    let victim: troupe::remote::Address = read_ready(&mut children[1].1).parse().expect("address");
+    let victim: troupe::Address = read_ready(&mut children[1].1).parse().expect("address");
     cluster
         .wait_for_view(|v| {
             v.converged

@@ -16,11 +16,11 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
+use troupe::Address;
 use troupe::cluster::{Cluster, ClusterEvent, MemberStatus, MembershipSettings};
-use troupe::remote::{
-    Address, ClusterSecret, RemoteMessage, TcpTransport, TcpTransportConfig, Transport,
-};
+use troupe::remoting::RemoteMessage;
 use troupe::singleton::{SingletonKey, SingletonProxy, StartSingletonOptions};
+use troupe::transport::{ClusterSecret, TcpTransport, TcpTransportConfig, Transport};
 use troupe::{Actor, ActorError, ActorRef, ActorSystem, Context, Props, ReplyTo};
 
 #[derive(Serialize, Deserialize)]

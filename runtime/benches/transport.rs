@@ -13,8 +13,8 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
-use troupe::remote::frame::{Decoded, FrameDecoder, encode_frame};
-use troupe::remote::{ClusterSecret, InboundFrame, TcpTransport, TcpTransportConfig, Transport};
+use troupe::transport::frame::{Decoded, FrameDecoder, encode_frame};
+use troupe::transport::{ClusterSecret, InboundFrame, TcpTransport, TcpTransportConfig, Transport};
 
 const PAYLOAD: &[u8; 64] = &[0xA5; 64];
 const MAX_FRAME: usize = 1024 * 1024;

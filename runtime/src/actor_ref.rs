@@ -258,14 +258,14 @@ impl AnyActorRef {
     }
 }
 
-impl<M: crate::remote::RemoteMessage> serde::Serialize for ActorRef<M> {
+impl<M: crate::remoting::RemoteMessage> serde::Serialize for ActorRef<M> {
     /// A ref travels as its full path, naming this node for a local actor.
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::Error;
         let path = match self.cell.path.address() {
             Some(_) => self.cell.path.to_string(),
             None => {
-                let remoting = crate::remote::remoting::current_context().ok_or_else(|| {
+                let remoting = crate::remoting::current_context().ok_or_else(|| {
                     S::Error::custom("an ActorRef can only be serialized by remoting")
                 })?;
                 self.cell
@@ -278,12 +278,12 @@ impl<M: crate::remote::RemoteMessage> serde::Serialize for ActorRef<M> {
     }
 }
 
-impl<'de, M: crate::remote::RemoteMessage> serde::Deserialize<'de> for ActorRef<M> {
+impl<'de, M: crate::remoting::RemoteMessage> serde::Deserialize<'de> for ActorRef<M> {
     /// A received ref always delivers through remoting — the loopback when it names this node.
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         use serde::de::Error;
         let path = String::deserialize(deserializer)?;
-        let remoting = crate::remote::remoting::current_context()
+        let remoting = crate::remoting::current_context()
             .ok_or_else(|| D::Error::custom("an ActorRef can only be deserialized by remoting"))?;
         remoting.actor_ref::<M>(&path).map_err(D::Error::custom)
     }

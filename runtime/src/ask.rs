@@ -16,13 +16,13 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
+use crate::Address;
 use crate::actor_ref::ActorRef;
 use crate::cell::Envelope;
 use crate::dead_letter::{DeadLetter, DeadLetterReason};
 use crate::mailbox::Refused;
 use crate::path::ActorPath;
-use crate::remote::Address;
-use crate::remote::remoting::{PendingReply, Remoting, current_context, with_context};
+use crate::remoting::{PendingReply, Remoting, current_context, with_context};
 use crate::system::SystemShared;
 
 /// The default ask timeout.

@@ -16,7 +16,7 @@ use crate::dead_letter::{DeadLetter, DeadLetterReason};
 use crate::death_watch::Terminated;
 use crate::mailbox::{DepthSource, Mailbox, MailboxConfig, Refused};
 use crate::path::ActorPath;
-use crate::remote::remoting::RemoteTarget;
+use crate::remoting::RemoteTarget;
 use crate::system::SystemShared;
 
 /// A process-unique identity of one actor incarnation. A new actor at a reused path gets a new

@@ -43,8 +43,10 @@ pub use vector_clock::{Causality, VectorClock};
 pub use wire::{CLUSTER_CHANNEL, WireError, decode_cluster_frame, encode_cluster_frame};
 
 use crate::actor_ref::ActorRef;
-use crate::remote::{Address, InboundFrame, Remoting, Transport, UniqueAddress};
+use crate::remoting::Remoting;
 use crate::system::ActorSystem;
+use crate::transport::{InboundFrame, Transport};
+use crate::{Address, UniqueAddress};
 
 /// What a cluster subscriber receives: the view at subscription time, then each change.
 #[derive(Debug, Clone, PartialEq, Eq)]

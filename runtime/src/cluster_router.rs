@@ -6,7 +6,7 @@
 //! use serde::{Deserialize, Serialize};
 //! use troupe::cluster::Cluster;
 //! use troupe::cluster_router::{ClusterRouter, ClusterRouterOptions};
-//! use troupe::remote::RemoteMessage;
+//! use troupe::remoting::RemoteMessage;
 //! use troupe::routing::RoutingStrategy;
 //!
 //! #[derive(Debug, Serialize, Deserialize)]

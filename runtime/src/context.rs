@@ -99,7 +99,7 @@ impl<A: Actor> Context<A> {
     /// through a remote ref to this node's own address (the loopback) has this node's address;
     /// a plain local `tell` has `None`.
     #[must_use]
-    pub fn origin(&self) -> Option<&crate::remote::Address> {
+    pub fn origin(&self) -> Option<&crate::Address> {
         self.sender.as_ref().and_then(ActorPath::address)
     }
 

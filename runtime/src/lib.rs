@@ -35,6 +35,7 @@
 
 mod actor;
 mod actor_ref;
+mod address;
 mod ask;
 mod cell;
 pub mod cluster;
@@ -48,16 +49,18 @@ pub mod lease;
 mod mailbox;
 mod path;
 mod props;
-pub mod remote;
+pub mod remoting;
 pub mod routing;
 pub mod singleton;
 mod supervision;
 mod system;
 mod task;
 pub mod testkit;
+pub mod transport;
 
 pub use actor::{Actor, ActorError, Failure};
 pub use actor_ref::{ActorRef, AnyActorRef, SendError};
+pub use address::{Address, AddressError, UniqueAddress};
 pub use ask::{AskError, AskRequest, DEFAULT_ASK_TIMEOUT, ReplyTo};
 pub use cell::ActorId;
 pub use context::{Context, TimerHandle, Watchable};

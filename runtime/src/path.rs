@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::remote::Address;
+use crate::Address;
 
 /// Where an actor lives: its system, the node (for a remote actor), and its slash-separated
 /// path from the root.

@@ -6,7 +6,7 @@
 //! use troupe::singleton::{SingletonKey, StartSingletonOptions};
 //! # use troupe::{Actor, ActorError, Context, Props};
 //! # #[derive(Debug, serde::Serialize, serde::Deserialize)] enum JobCommand { Run(u64) }
-//! # impl troupe::remote::RemoteMessage for JobCommand { const MANIFEST: &'static str = "app.JobCommand"; }
+//! # impl troupe::remoting::RemoteMessage for JobCommand { const MANIFEST: &'static str = "app.JobCommand"; }
 //! # #[derive(Default)] struct JobScheduler;
 //! # impl Actor for JobScheduler { type Msg = JobCommand; async fn handle(&mut self, _: JobCommand, _: &mut Context<Self>) -> Result<(), ActorError> { Ok(()) } }
 //! # fn example(cluster: &troupe::cluster::Cluster) -> Result<(), Box<dyn std::error::Error>> {
@@ -81,7 +81,7 @@ use crate::context::Context;
 use crate::path::ActorPath;
 use crate::path::{InvalidName, validate_name};
 use crate::props::Props;
-use crate::remote::RemoteMessage;
+use crate::remoting::RemoteMessage;
 use crate::supervision::SupervisorStrategy;
 use crate::system::{ActorSystem, SpawnError, spawn_child};
 use manager::{ActiveSpec, DirectSlot, InternalMsg, ManagerSlot, SingletonManager};

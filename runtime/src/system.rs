@@ -41,7 +41,7 @@ pub(crate) struct SystemShared {
     pub(crate) dead_letters: DeadLetters,
     pub(crate) runtime: tokio::runtime::Handle,
     guardians: Mutex<Option<Guardians>>,
-    remoting: std::sync::OnceLock<Arc<crate::remote::Remoting>>,
+    remoting: std::sync::OnceLock<Arc<crate::remoting::Remoting>>,
     terminated: Notify,
     is_terminated: std::sync::atomic::AtomicBool,
 }
@@ -70,8 +70,8 @@ impl SystemShared {
     /// Attach remoting, once; a second attach returns the first.
     pub(crate) fn attach_remoting(
         &self,
-        remoting: Arc<crate::remote::Remoting>,
-    ) -> Arc<crate::remote::Remoting> {
+        remoting: Arc<crate::remoting::Remoting>,
+    ) -> Arc<crate::remoting::Remoting> {
         Arc::clone(self.remoting.get_or_init(|| remoting))
     }
 }
@@ -233,9 +233,9 @@ impl ActorSystem {
     }
 
     /// This system's remoting, once a transport has been attached (see
-    /// [`crate::remote::Remoting::start`]).
+    /// [`crate::remoting::Remoting::start`]).
     #[must_use]
-    pub fn remoting(&self) -> Option<&Arc<crate::remote::Remoting>> {
+    pub fn remoting(&self) -> Option<&Arc<crate::remoting::Remoting>> {
         self.shared.remoting.get()
     }
 

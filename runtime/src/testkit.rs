@@ -33,8 +33,9 @@ use rand::{Rng, SeedableRng};
 use tokio::sync::mpsc;
 
 use crate::cluster::{Cluster, ClusterView, MemberStatus, MembershipSettings};
-use crate::remote::{Address, SimNetwork, UniqueAddress};
 use crate::system::ActorSystem;
+use crate::transport::SimNetwork;
+use crate::{Address, UniqueAddress};
 
 /// One simulated node.
 #[derive(Debug, Clone)]

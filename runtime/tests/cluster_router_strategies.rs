@@ -17,10 +17,10 @@ mod cluster_router {
     };
     use proptest::prelude::*;
     use tokio::sync::mpsc;
+    use troupe::Address;
     use troupe::cluster_router::{
         ClusterRouter, ClusterRouterError, ClusterRouterEvent, ClusterRouterOptions, RoutingTable,
     };
-    use troupe::remote::Address;
     use troupe::routing::{RoutingLogic, RoutingStrategy, Selection};
     use troupe::testkit::sim_address;
 

@@ -6,12 +6,14 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
+use troupe::Address;
 use troupe::cluster::{Cluster, MemberStatus, MembershipSettings};
 use troupe::cluster_router::{
     ClusterMailboxDepthAgent, ClusterRouter, ClusterRouterEvent, ClusterRouterOptions,
 };
-use troupe::remote::{Address, ClusterSecret, RemoteMessage, TcpTransport, TcpTransportConfig};
+use troupe::remoting::RemoteMessage;
 use troupe::routing::RoutingStrategy;
+use troupe::transport::{ClusterSecret, TcpTransport, TcpTransportConfig};
 use troupe::{Actor, ActorError, ActorSystem, Context, Props};
 
 const WAIT: Duration = Duration::from_secs(20);

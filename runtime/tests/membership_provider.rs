@@ -13,7 +13,9 @@ use troupe::cluster::{
     Cluster, ClusterError, ClusterNotification, ClusterView, Member, MemberStatus,
     MembershipControl, MembershipProvider, ViewSink,
 };
-use troupe::remote::{Address, Remoting, SimNetwork, UniqueAddress};
+use troupe::remoting::Remoting;
+use troupe::transport::SimNetwork;
+use troupe::{Address, UniqueAddress};
 
 fn node(port: u16) -> UniqueAddress {
     UniqueAddress {

@@ -16,7 +16,7 @@ use troupe::cluster::{
     Action, ClusterEvent, ClusterMsg, ClusterView, Input, MemberStatus, Membership,
     MembershipSettings, diff,
 };
-use troupe::remote::{Address, UniqueAddress};
+use troupe::{Address, UniqueAddress};
 
 #[derive(Debug)]
 enum Event {

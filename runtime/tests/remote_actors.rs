@@ -7,7 +7,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use troupe::cluster::{Cluster, ClusterEvent, MemberStatus, MembershipSettings};
-use troupe::remote::{ClusterSecret, RemoteMessage, TcpTransport, TcpTransportConfig};
+use troupe::remoting::RemoteMessage;
+use troupe::transport::{ClusterSecret, TcpTransport, TcpTransportConfig};
 use troupe::{
     Actor, ActorError, ActorRef, ActorSystem, AskError, Context, DeadLetter, DeadLetterReason,
     Props, ReplyTo, Terminated,
@@ -374,7 +375,7 @@ async fn stopping_a_remote_ref_stops_the_remote_actor() {
 }
 
 /// Records where each message came from, as the runtime reports it.
-struct OriginRecorder(mpsc::UnboundedSender<Option<troupe::remote::Address>>);
+struct OriginRecorder(mpsc::UnboundedSender<Option<troupe::Address>>);
 
 impl Actor for OriginRecorder {
     type Msg = Counter;
@@ -398,7 +399,7 @@ async fn the_origin_of_a_remote_message_is_the_verified_node_not_the_claimed_sen
         .actor_ref(&path_on(&b, "/user/recorder"))
         .unwrap();
     // Claim to be an actor on a third node: the payload says so, the transport knows better.
-    let forged: troupe::remote::Address = "troupe://remote-test@10.9.9.9:1".parse().unwrap();
+    let forged: troupe::Address = "troupe://remote-test@10.9.9.9:1".parse().unwrap();
     let claimed = troupe::ActorPath::remote(&forged, "/user/impostor");
     remote.tell_from(Counter::Add(1), &claimed);
     let origin = tokio::time::timeout(WAIT, origins.recv())

@@ -41,7 +41,7 @@ mod singleton {
         .await;
     }
 
-    fn index_of(address: &troupe::remote::Address) -> usize {
+    fn index_of(address: &troupe::Address) -> usize {
         (0..NODES)
             .find(|&i| sim_address(i) == *address)
             .expect("a sim node")

@@ -11,15 +11,15 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::timeout;
-use troupe::remote::frame::{Decoded, FrameDecoder, encode_frame};
-use troupe::remote::handshake::{
+use troupe::transport::frame::{Decoded, FrameDecoder, encode_frame};
+use troupe::transport::handshake::{
     Handshake, HandshakeAction, HandshakeConfig, HandshakeEvent, MAX_HANDSHAKE_MESSAGE_LEN, Role,
     step,
 };
-use troupe::remote::{
-    Address, CloseReason, ClusterSecret, InboundFrame, TcpTransport, TcpTransportConfig, Transport,
-    UniqueAddress,
+use troupe::transport::{
+    CloseReason, ClusterSecret, InboundFrame, TcpTransport, TcpTransportConfig, Transport,
 };
+use troupe::{Address, UniqueAddress};
 
 const SECRET: &str = "integration-test-cluster-secret";
 /// Every test finishes well within this, or fails.

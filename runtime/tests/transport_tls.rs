@@ -10,8 +10,8 @@ use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::timeout;
-use troupe::remote::tls::{PrivateKeyDer, PrivatePkcs8KeyDer};
-use troupe::remote::{
+use troupe::transport::tls::{PrivateKeyDer, PrivatePkcs8KeyDer};
+use troupe::transport::{
     CloseReason, ClusterSecret, InboundFrame, TcpTransport, TcpTransportConfig, TlsConfig,
     Transport,
 };

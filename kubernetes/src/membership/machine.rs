@@ -11,7 +11,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 use troupe::cluster::{ClusterView, Member, MemberStatus};
-use troupe::remote::{Address, UniqueAddress};
+use troupe::{Address, UniqueAddress};
 
 use crate::settings::KubeTiming;
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 use troupe::cluster::Cluster;
-use troupe::remote::RemoteMessage;
+use troupe::remoting::RemoteMessage;
 use troupe::{Actor, ActorError, ActorRef, Context};
 
 use super::RETIRED_WORKER_PATH;

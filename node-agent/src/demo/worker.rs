@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use troupe::remote::RemoteMessage;
+use troupe::remoting::RemoteMessage;
 use troupe::{Actor, ActorError, Context};
 
 /// One unit of work.

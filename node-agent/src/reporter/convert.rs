@@ -1,9 +1,9 @@
 //! From the runtime's events to the wire format the control plane stores. Members are named
 //! by `host:port` (the cluster is in the batch's identity).
 
+use troupe::Address;
 use troupe::DeadLetter;
 use troupe::cluster::{ClusterEvent, ClusterView, Member, MemberStatus};
-use troupe::remote::Address;
 use troupe_protocol::{DeadLetterEvent, Event, EventBody, LeaderChange, MemberChange, MemberInfo};
 
 fn status(status: MemberStatus) -> troupe_protocol::MemberStatus {
@@ -61,7 +61,7 @@ pub fn cluster_event(event: &ClusterEvent, view: &ClusterView, at_ms: i64) -> Ev
         }
         ClusterEvent::MemberReachable(m) => EventBody::MemberReachable(change(m, None, Vec::new())),
         ClusterEvent::LeaderChanged(leader) => EventBody::LeaderChanged(LeaderChange {
-            leader: leader.as_ref().map(troupe::remote::Address::host_port),
+            leader: leader.as_ref().map(troupe::Address::host_port),
         }),
         ClusterEvent::SelfUp(m) => EventBody::SelfUp(change(m, None, Vec::new())),
     };

@@ -21,8 +21,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use troupe::ActorSystem;
+use troupe::Address;
 use troupe::cluster_router::ClusterRouterEvent;
-use troupe::remote::Address;
 use troupe::singleton::{RESPAWN_BACKOFF, SingletonEvent};
 use troupe_protocol::{
     DepthSample, Event, EventBody, HandOverCompleted, HandOverStarted, HandOverTimedOut,

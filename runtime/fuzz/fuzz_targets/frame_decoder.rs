@@ -4,7 +4,7 @@
 
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
-use troupe::remote::frame::{Decoded, FrameDecoder, LENGTH_PREFIX_LEN};
+use troupe::transport::frame::{Decoded, FrameDecoder, LENGTH_PREFIX_LEN};
 
 fuzz_target!(|data: &[u8]| {
     // The first two bytes choose the maximum frame size and the chunk size.

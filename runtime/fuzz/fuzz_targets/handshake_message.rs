@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use troupe::remote::handshake::HandshakeMessage;
+use troupe::transport::handshake::HandshakeMessage;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(message) = HandshakeMessage::decode(data) {

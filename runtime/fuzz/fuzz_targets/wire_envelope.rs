@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use troupe::remote::WireEnvelope;
+use troupe::remoting::WireEnvelope;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(envelope) = WireEnvelope::decode(data) {

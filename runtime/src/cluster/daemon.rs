@@ -18,13 +18,14 @@ use tokio::time::Instant;
 use super::membership::{Action, Input, Membership, MembershipSettings, SettingsError};
 use super::provider::{MembershipControl, MembershipProvider, ViewSink};
 use super::wire::{decode_cluster_frame, encode_cluster_frame};
+use crate::Address;
 use crate::actor::{Actor, ActorError};
 use crate::actor_ref::ActorRef;
 use crate::context::Context;
 use crate::props::Props;
-use crate::remote::{Address, InboundFrame, Transport};
 use crate::supervision::SupervisorStrategy;
 use crate::system::{ActorSystem, SpawnError};
+use crate::transport::{InboundFrame, Transport};
 
 /// Why the cluster could not start.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use super::member::{Member, MemberStatus};
-use crate::remote::{Address, UniqueAddress};
+use crate::{Address, UniqueAddress};
 
 /// What one node currently believes about the cluster.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use super::member::{Member, MemberStatus};
 use super::reachability::Reachability;
 use super::vector_clock::{Causality, VectorClock};
-use crate::remote::{Address, UniqueAddress};
+use crate::{Address, UniqueAddress};
 
 /// The membership state one node holds and gossips.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

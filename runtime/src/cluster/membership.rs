@@ -30,7 +30,7 @@ use super::events::ClusterView;
 use super::failure_detector::{FailureDetectorSettings, PhiAccrual};
 use super::gossip::Gossip;
 use super::member::MemberStatus;
-use crate::remote::{Address, UniqueAddress};
+use crate::{Address, UniqueAddress};
 
 /// Settings of gossip membership. The defaults detect a dead node in about 2–3 s and down it
 /// 5 s later.

@@ -11,7 +11,8 @@ use parking_lot::Mutex;
 use super::Shared;
 use super::daemon::ClusterError;
 use super::events::ClusterView;
-use crate::remote::{Address, Remoting};
+use crate::Address;
+use crate::remoting::Remoting;
 use crate::system::ActorSystem;
 
 /// Where a provider publishes each new view of the cluster.

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::remote::UniqueAddress;
+use crate::UniqueAddress;
 
 /// A version: one counter per node that changed the gossip.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -75,7 +75,7 @@ impl VectorClock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::remote::Address;
+    use crate::Address;
 
     fn node(port: u16) -> UniqueAddress {
         UniqueAddress {

@@ -23,10 +23,11 @@ use super::depth_cache::{DepthCache, Reading};
 use super::events::{ClusterRouterEvent, DepthSample};
 use super::options::ValidOptions;
 use super::routee_set::{RouteeSetChange, RoutingTable, routee_nodes};
+use crate::Address;
 use crate::actor_ref::ActorRef;
 use crate::cluster::{Cluster, ClusterSubscription};
 use crate::path::ActorPath;
-use crate::remote::{Address, RemoteMessage};
+use crate::remoting::RemoteMessage;
 use crate::routing::RoutingStrategy;
 
 /// The router's reply inbox and the stream of replies it forwards, tagged with their node.

@@ -28,7 +28,7 @@ use crate::actor_ref::{ActorRef, AnyActorRef};
 use crate::cluster::Cluster;
 use crate::context::Context;
 use crate::props::Props;
-use crate::remote::RemoteMessage;
+use crate::remoting::RemoteMessage;
 use crate::system::{SpawnError, SystemShared};
 
 /// Where the depth agent lives on every node.

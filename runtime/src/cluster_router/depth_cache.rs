@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::remote::Address;
+use crate::Address;
 
 /// Ask a silent node at most this many ticks apart.
 const MAX_BACKOFF_TICKS: u64 = 16;

@@ -7,9 +7,9 @@
 use tokio::sync::mpsc;
 
 use super::depth_agent::DepthReply;
+use crate::Address;
 use crate::actor::{Actor, ActorError};
 use crate::context::Context;
-use crate::remote::Address;
 
 /// The name of the inbox under its router.
 pub(super) const DEPTH_REPLIES_NAME: &str = "depth-replies";

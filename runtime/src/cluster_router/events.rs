@@ -9,9 +9,9 @@ use std::time::SystemTime;
 
 use tokio::time::Instant;
 
+use crate::Address;
 use crate::dead_letter::DeadLetterReason;
 use crate::path::ActorPath;
-use crate::remote::Address;
 use crate::routing::RoutingStrategy;
 
 /// One event of one cluster router.

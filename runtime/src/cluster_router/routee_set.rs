@@ -12,9 +12,9 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::depth_cache::Reading;
+use crate::Address;
 use crate::cluster::ClusterView;
 use crate::path::ActorPath;
-use crate::remote::Address;
 use crate::routing::{HashedRouteeId, NO_READING, RoutingLogic, RoutingStrategy, Selection};
 
 /// The nodes that host routees in `view`: up and reachable members carrying `role` (any member
@@ -278,8 +278,8 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::UniqueAddress;
     use crate::cluster::{Member, MemberStatus};
-    use crate::remote::UniqueAddress;
     use crate::routing::{RouteeId, rendezvous_pick};
 
     fn address(i: u8) -> Address {

@@ -30,8 +30,8 @@ use crate::context::Context;
 use crate::dead_letter::{DeadLetter, DeadLetterReason};
 use crate::path::ActorPath;
 use crate::props::Props;
-use crate::remote::RemoteMessage;
-use crate::remote::remoting::with_context;
+use crate::remoting::RemoteMessage;
+use crate::remoting::with_context;
 use crate::routing::{RoutingLogic, RoutingStrategy, Selection};
 
 /// Warn again about an empty routee set after this many more dead letters.
@@ -204,7 +204,7 @@ impl<M: RemoteMessage> ClusterRouter<M> {
         &self,
         ctx: &Context<Self>,
         recipient: ActorPath,
-        routee: Option<crate::remote::Address>,
+        routee: Option<crate::Address>,
         reason: DeadLetterReason,
     ) {
         let system = ctx.system();

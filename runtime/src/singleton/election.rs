@@ -12,8 +12,8 @@
 
 use std::collections::BTreeSet;
 
+use crate::Address;
 use crate::cluster::{ClusterEvent, Member, MemberStatus};
-use crate::remote::Address;
 
 /// Whether `member` may host a singleton restricted to `role` (any member when `None`).
 #[must_use]
@@ -87,7 +87,7 @@ pub(crate) mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::remote::UniqueAddress;
+    use crate::UniqueAddress;
 
     pub(crate) fn address(i: u8) -> Address {
         Address::new("sim", &format!("10.0.0.{i}"), 2552)

@@ -5,8 +5,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::Address;
 use crate::lease::FencingToken;
-use crate::remote::Address;
 
 /// One step in the life of a singleton, as this node's manager saw it. Every variant names the
 /// singleton (`type_name`) and the node whose manager published it (`node`).

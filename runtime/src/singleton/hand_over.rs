@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::remote::Address;
+use crate::Address;
 
 /// How often an open hand-over request is sent again to the peers that have not answered.
 pub const HAND_OVER_RESEND: Duration = Duration::from_millis(500);

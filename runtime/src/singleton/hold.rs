@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::remote::Address;
+use crate::Address;
 
 /// How many messages a manager holds at most.
 pub const HOLD_CAPACITY: usize = 1_000;

@@ -34,6 +34,7 @@ use super::hold::HoldBuffer;
 use super::manager_state::{Action, Event, ManagerConfig, ManagerState, Routing};
 use super::payload::Payload;
 use super::proxy::{DrainedMessage, ProxyInternalMsg, ProxyMsg};
+use crate::Address;
 use crate::actor::{Actor, ActorError};
 use crate::actor_ref::ActorRef;
 use crate::ask::ReplyTo;
@@ -43,7 +44,7 @@ use crate::dead_letter::{DeadLetter, DeadLetterReason};
 use crate::death_watch::Terminated;
 use crate::lease::{FencingToken, Lease, LeaseError, LeaseLost, LeaseLostCallback};
 use crate::path::ActorPath;
-use crate::remote::{Address, RemoteMessage};
+use crate::remoting::RemoteMessage;
 use crate::system::SpawnError;
 
 /// The manager's protocol. Every variant except the internal one crosses the network; who sent
@@ -51,7 +52,7 @@ use crate::system::SpawnError;
 ///
 /// Messages *for the singleton* are not wrapped in this type: a proxy sends them as they are to
 /// the manager's path, and remoting hands them to the manager converted (see
-/// [`crate::remote::Remoting::register_as`]), so they cost one serialization, like any remote
+/// [`crate::remoting::Remoting::register_into`]), so they cost one serialization, like any remote
 /// tell, and arrive in the same ordered stream as the protocol messages.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum ManagerMsg {

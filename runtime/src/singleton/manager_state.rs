@@ -38,9 +38,9 @@ use tokio::time::Instant;
 use super::election::{elect_host, hand_over_peers, is_trigger, may_become_host};
 use super::event::{SingletonEvent, StopReason};
 use super::hand_over::{HandOver, HandOverTick};
+use crate::Address;
 use crate::cluster::{ClusterEvent, Member};
 use crate::lease::FencingToken;
-use crate::remote::Address;
 
 /// How long a manager waits before spawning an instance that died unexpectedly again.
 pub const RESPAWN_BACKOFF: Duration = Duration::from_secs(1);

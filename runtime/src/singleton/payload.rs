@@ -5,9 +5,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::Address;
 use crate::path::ActorPath;
-use crate::remote::remoting::with_context;
-use crate::remote::{Address, RemoteMessage, Remoting};
+use crate::remoting::with_context;
+use crate::remoting::{RemoteMessage, Remoting};
 
 /// Room reserved for a serialized message: small messages then never regrow the buffer.
 const ENCODE_CAPACITY: usize = 256;

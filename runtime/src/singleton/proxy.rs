@@ -42,6 +42,7 @@ use super::election::elect_host;
 use super::event::{DeadLetterCause, SingletonEvent};
 use super::manager::{InternalMsg, ManagerMsg};
 use super::payload::Payload;
+use crate::Address;
 use crate::actor::{Actor, ActorError};
 use crate::actor_ref::ActorRef;
 use crate::ask::{AskRequest, ReplyTo};
@@ -49,7 +50,7 @@ use crate::cluster::{Cluster, MemberStatus};
 use crate::context::Context;
 use crate::dead_letter::{DeadLetter, DeadLetterReason};
 use crate::path::ActorPath;
-use crate::remote::{Address, RemoteMessage};
+use crate::remoting::RemoteMessage;
 
 /// How long a proxy waits for the previous host's manager to give back held messages.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);

@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, mpsc};
+use troupe::Address;
 use troupe::cluster_router::{ClusterRouter, ClusterRouterEvent, ClusterRouterOptions};
-use troupe::remote::{Address, RemoteMessage};
+use troupe::remoting::RemoteMessage;
 use troupe::routing::RoutingStrategy;
 use troupe::testkit::{SimCluster, sim_address};
 use troupe::{Actor, ActorError, ActorRef, Context, Props, Subscription};

@@ -7,7 +7,7 @@
 //! TLS the whole connection is encrypted and integrity-protected, the dialled node must hold a
 //! certificate valid for the host it was dialled at (DNS name or IP SAN), and the dialling
 //! node must hold one issued by the same CA. The handshake still runs inside TLS and still
-//! decides the peer's [`UniqueAddress`](super::UniqueAddress).
+//! decides the peer's [`UniqueAddress`](crate::UniqueAddress).
 //!
 //! Only rustls with the `ring` provider is used, TLS 1.2 and 1.3 with rustls' safe defaults.
 
@@ -21,7 +21,7 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 pub use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
-use super::address::Address;
+use crate::address::Address;
 
 /// Certificates and keys for mutual TLS between nodes. Cheap to clone.
 #[derive(Clone)]

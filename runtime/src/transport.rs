@@ -1,9 +1,28 @@
-//! The transport seam: what the cluster needs from a network, implemented by TCP and by the
-//! simulated network of the multi-node test harness.
+//! The transport layer: bytes between verified peers. The [`Transport`] seam is what remoting
+//! and the cluster need from a network; [`TcpTransport`] implements it over TCP (optionally
+//! TLS), and [`SimTransport`] over the simulated network of the multi-node test harness.
+//!
+//! # Who sent this
+//! Every inbound frame carries the [`UniqueAddress`] that the transport verified during the
+//! handshake on the connection the frame arrived on. Nothing that decides who sent a message
+//! reads an address from a payload.
+
+pub mod frame;
+pub mod handshake;
+mod sim;
+mod stats;
+mod tcp;
+pub mod tls;
+
+pub use handshake::ClusterSecret;
+pub use sim::{DropReason, LinkConfig, SimNetwork, SimTransport, TraceEvent, TraceOutcome};
+pub use stats::{CloseReason, TransportStats, TransportStatsSnapshot};
+pub use tcp::{LOG_INTERVAL, TcpTransport, TcpTransportConfig, TcpTransportError};
+pub use tls::{TlsConfig, TlsConfigError};
 
 use bytes::Bytes;
 
-use super::address::{Address, UniqueAddress};
+use crate::address::{Address, UniqueAddress};
 
 /// One frame received from a peer, tagged with the identity the transport verified.
 #[derive(Debug, Clone)]

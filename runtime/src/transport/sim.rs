@@ -34,9 +34,9 @@ use rand::{Rng, SeedableRng};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
-use super::address::{Address, UniqueAddress};
 use super::frame::DEFAULT_MAX_FRAME_SIZE;
-use super::transport::{InboundFrame, Transport, TransportError};
+use super::{InboundFrame, Transport, TransportError};
+use crate::address::{Address, UniqueAddress};
 
 /// How one direction of a link behaves.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -1,0 +1,523 @@
+//! The TCP transport: authenticated, length-framed connections between nodes.
+//!
+//! # Connections
+//! Each node dials **one outbound connection per peer** and only writes to it; it reads from
+//! the connections its peers dialled. A pair of nodes therefore uses two connections, and
+//! every sender→receiver stream is one TCP stream, which is what makes per-peer FIFO hold.
+//! Every connection starts with the [`handshake`](super::handshake); until it succeeds frames
+//! are limited to [`MAX_HANDSHAKE_MESSAGE_LEN`] bytes, so an unauthenticated peer can make us
+//! buffer at most that much.
+//!
+//! # Sending
+//! [`Transport::send`] puts the payload in the peer's bounded queue and returns; a writer task
+//! per peer connects (with exponential backoff), handshakes, and then drains the queue,
+//! coalescing whatever is queued into one write and writing as soon as the queue is empty.
+//! While it (re)connects frames wait in the queue; beyond its capacity `send` fails with
+//! [`TransportError::QueueFull`]. Frames that were in a write when a connection broke are
+//! lost: delivery is in order or not at all, never reordered. The writer also watches its
+//! socket for the peer closing, so it notices a restarted peer without having to write first.
+//!
+//! # Receiving
+//! Inbound frames go to the channel given at [`TcpTransport::bind`], tagged with the
+//! identity the handshake verified; a full channel slows reading from the socket (TCP
+//! backpressure) rather than dropping. When a peer address opens a new connection, the older
+//! one from that address is closed first and its reader finishes before the new one is read,
+//! so frames from two connections of one peer are never interleaved.
+//!
+//! # Bad peers
+//! A failed handshake, an oversized length prefix or a stream that ends inside a frame closes
+//! that connection only. Every close is counted by [`CloseReason`] in [`TransportStats`];
+//! abnormal ones are logged at `warn`, at most one line per peer IP per
+//! [`LOG_INTERVAL`] (the rest at `debug`), so a flood of bad connections cannot flood the log.
+//! At most `max_pending_handshakes` accepted connections may be in their handshake at once;
+//! more are closed on arrival, so silent connections cost bounded memory.
+//!
+//! # TLS
+//! With [`TcpTransportConfig::with_tls`] every connection is mutual TLS first (see
+//! [`tls`](super::tls)); the handshake then runs inside it unchanged.
+
+//!
+//! # Files
+//! [`config`] holds the settings, `accept` the accepting side (accept loop, handshake of
+//! accepted connections, frame reading) and `writer` the dialling side (one writer task per
+//! peer); this file holds the transport handle, the state its tasks share and the handshake
+//! driver both sides run.
+
+mod accept;
+mod config;
+mod writer;
+
+pub use config::{TcpTransportConfig, TcpTransportError};
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
+use rand::RngCore;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::task::{AbortHandle, JoinHandle};
+use tokio::time::{Instant, timeout_at};
+
+use super::frame::{Decoded, FrameDecoder, encode_frame};
+use super::handshake::{
+    ClusterSecret, Handshake, HandshakeAction, HandshakeConfig, HandshakeEvent, HandshakeRejection,
+    MAX_HANDSHAKE_MESSAGE_LEN, NONCE_LEN, Role, step,
+};
+use super::stats::{CloseReason, TransportStats, TransportStatsSnapshot};
+use super::tls::TlsConfig;
+use super::{InboundFrame, Transport, TransportError};
+use crate::address::{Address, UniqueAddress};
+
+/// At most one `warn` line per peer IP in this interval.
+pub const LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Bytes reserved for each socket read when no larger frame is pending.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// The TCP implementation of [`Transport`].
+pub struct TcpTransport {
+    shared: Arc<Shared>,
+    local_socket: SocketAddr,
+    accept_task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl fmt::Debug for TcpTransport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TcpTransport")
+            .field("local", &self.shared.local)
+            .field("listening_on", &self.local_socket)
+            .finish_non_exhaustive()
+    }
+}
+
+/// State shared by the transport handle and its tasks.
+struct Shared {
+    local: UniqueAddress,
+    secret: ClusterSecret,
+    max_frame_size: usize,
+    send_queue_capacity: usize,
+    backoff_min: Duration,
+    backoff_max: Duration,
+    handshake_timeout: Duration,
+    /// One permit per accepted connection still in its handshake.
+    handshake_slots: Arc<Semaphore>,
+    tls: Option<TlsConfig>,
+    inbound: mpsc::Sender<InboundFrame>,
+    stats: Arc<TransportStats>,
+    runtime: tokio::runtime::Handle,
+    /// Outbound queues, one per peer address.
+    writers: Mutex<HashMap<Address, Writer>>,
+    /// The connection currently read from, per peer address.
+    readers: Mutex<HashMap<Address, Reader>>,
+    shutdown: watch::Sender<bool>,
+    /// The same flag as `shutdown`, readable on the send path without the watch's lock.
+    shut_down: std::sync::atomic::AtomicBool,
+    log_limiter: Mutex<LogLimiter>,
+    next_connection: std::sync::atomic::AtomicU64,
+}
+
+struct Writer {
+    queue: mpsc::Sender<Bytes>,
+    task: AbortHandle,
+}
+
+struct Reader {
+    connection: u64,
+    stop: watch::Sender<bool>,
+    /// Held by the reader for its whole life; a successor waits for it.
+    turn: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl TcpTransport {
+    /// Listens on the configured address and starts accepting peers. Inbound frames go to
+    /// `inbound`.
+    ///
+    /// # Errors
+    /// [`TcpTransportError::InvalidConfig`] for out-of-range settings,
+    /// [`TcpTransportError::Bind`] when the address cannot be bound.
+    pub async fn bind(
+        config: TcpTransportConfig,
+        inbound: mpsc::Sender<InboundFrame>,
+    ) -> Result<Arc<Self>, TcpTransportError> {
+        config.validate()?;
+        let bind_error = |source| TcpTransportError::Bind {
+            addr: config.bind,
+            source,
+        };
+        let listener = TcpListener::bind(config.bind).await.map_err(bind_error)?;
+        let local_socket = listener.local_addr().map_err(bind_error)?;
+        let local = UniqueAddress {
+            address: Address::new(
+                &config.system,
+                &config.advertised_host,
+                config.advertised_port.unwrap_or(local_socket.port()),
+            ),
+            incarnation: config.incarnation,
+        };
+        let shared = Arc::new(Shared {
+            local,
+            secret: config.secret,
+            max_frame_size: config.max_frame_size,
+            send_queue_capacity: config.send_queue_capacity,
+            backoff_min: config.reconnect_backoff_min,
+            backoff_max: config.reconnect_backoff_max,
+            handshake_timeout: config.handshake_timeout,
+            handshake_slots: Arc::new(Semaphore::new(config.max_pending_handshakes)),
+            tls: config.tls,
+            inbound,
+            stats: Arc::new(TransportStats::default()),
+            runtime: tokio::runtime::Handle::current(),
+            writers: Mutex::new(HashMap::new()),
+            readers: Mutex::new(HashMap::new()),
+            shutdown: watch::Sender::new(false),
+            shut_down: std::sync::atomic::AtomicBool::new(false),
+            log_limiter: Mutex::new(LogLimiter::default()),
+            next_connection: std::sync::atomic::AtomicU64::new(0),
+        });
+        let accept_task = tokio::spawn(accept::accept_loop(shared.clone(), listener));
+        tracing::debug!(local = %shared.local, socket = %local_socket, "TCP transport listening");
+        Ok(Arc::new(Self {
+            shared,
+            local_socket,
+            accept_task: Mutex::new(Some(accept_task)),
+        }))
+    }
+
+    /// The socket address actually bound (useful with port 0).
+    #[must_use]
+    pub fn local_socket_addr(&self) -> SocketAddr {
+        self.local_socket
+    }
+
+    /// The transport's counters.
+    #[must_use]
+    pub fn stats(&self) -> &Arc<TransportStats> {
+        &self.shared.stats
+    }
+
+    /// A copy of the counters now.
+    #[must_use]
+    pub fn stats_snapshot(&self) -> TransportStatsSnapshot {
+        self.shared.stats.snapshot()
+    }
+
+    /// Stops accepting, closes every connection and drops queued frames. Later sends fail
+    /// with [`TransportError::Shutdown`]. Returns once the listening socket is closed.
+    pub async fn shutdown(&self) {
+        self.shared.begin_shutdown();
+        for (_, writer) in self.shared.writers.lock().drain() {
+            writer.task.abort();
+        }
+        let accept_task = self.accept_task.lock().take();
+        if let Some(task) = accept_task {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for TcpTransport {
+    fn drop(&mut self) {
+        self.shared.begin_shutdown();
+        for (_, writer) in self.shared.writers.lock().drain() {
+            writer.task.abort();
+        }
+        if let Some(task) = self.accept_task.lock().take() {
+            task.abort();
+        }
+    }
+}
+
+impl Transport for TcpTransport {
+    fn local(&self) -> &UniqueAddress {
+        &self.shared.local
+    }
+
+    fn send(&self, to: &Address, payload: Bytes) -> Result<(), TransportError> {
+        let shared = &self.shared;
+        if payload.len() > shared.max_frame_size {
+            return Err(TransportError::FrameTooLarge {
+                size: payload.len(),
+                max: shared.max_frame_size,
+            });
+        }
+        if shared.is_shut_down() {
+            return Err(TransportError::Shutdown);
+        }
+        let mut writers = shared.writers.lock();
+        let payload = match writers.get(to) {
+            None => payload,
+            Some(writer) => match writer.queue.try_send(payload) {
+                Ok(()) => return Ok(()),
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    return Err(TransportError::QueueFull {
+                        peer: to.clone(),
+                        capacity: shared.send_queue_capacity,
+                    });
+                }
+                // The writer is gone (it only ends on shutdown or disconnect): start a new one.
+                Err(mpsc::error::TrySendError::Closed(payload)) => payload,
+            },
+        };
+        let (queue, rx) = mpsc::channel(shared.send_queue_capacity);
+        // A fresh queue has room for its first frame.
+        let _ = queue.try_send(payload);
+        let task = shared
+            .runtime
+            .spawn(writer::run_writer(self.shared.clone(), to.clone(), rx))
+            .abort_handle();
+        writers.insert(to.clone(), Writer { queue, task });
+        Ok(())
+    }
+
+    fn disconnect(&self, peer: &Address) {
+        let writer = self.shared.writers.lock().remove(peer);
+        if let Some(writer) = writer {
+            writer.task.abort();
+            self.shared.stats.closed(CloseReason::Disconnected);
+        }
+        let reader = self.shared.readers.lock().remove(peer);
+        if let Some(reader) = reader {
+            reader.stop.send_replace(true);
+        }
+    }
+}
+
+impl Shared {
+    fn is_shut_down(&self) -> bool {
+        self.shut_down.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn begin_shutdown(&self) {
+        self.shut_down
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.shutdown.send_replace(true);
+    }
+
+    fn handshake_config(&self, role: Role, expected_peer: Option<Address>) -> HandshakeConfig {
+        HandshakeConfig {
+            local: self.local.clone(),
+            secret: self.secret.clone(),
+            role,
+            expected_peer,
+        }
+    }
+
+    /// Counts a failed TLS handshake as a rejected handshake closed for `TlsRejected`.
+    fn tls_rejected(&self, peer_ip: Option<IpAddr>, detail: &dyn fmt::Display) {
+        self.stats.handshake_rejected();
+        self.record_close(CloseReason::TlsRejected, peer_ip, detail);
+    }
+
+    /// Counts a closed connection and logs it (abnormal reasons at warn, rate-limited).
+    fn record_close(
+        &self,
+        reason: CloseReason,
+        peer_ip: Option<IpAddr>,
+        detail: &dyn fmt::Display,
+    ) {
+        self.stats.closed(reason);
+        let abnormal = matches!(
+            reason,
+            CloseReason::HandshakeRejected
+                | CloseReason::TlsRejected
+                | CloseReason::HandshakeBacklogFull
+                | CloseReason::OversizedFrame
+                | CloseReason::TruncatedFrame
+                | CloseReason::UnexpectedBytes
+                | CloseReason::IoError
+        );
+        let ip = peer_ip.map_or_else(|| "?".to_owned(), |ip| ip.to_string());
+        if abnormal && peer_ip.is_none_or(|ip| self.log_limiter.lock().allow(ip, Instant::now())) {
+            tracing::warn!(peer_ip = %ip, reason = %reason, "closing connection: {detail}");
+        } else {
+            tracing::debug!(peer_ip = %ip, reason = %reason, "closing connection: {detail}");
+        }
+    }
+}
+
+/// Remembers when each peer IP was last logged at warn.
+#[derive(Default)]
+struct LogLimiter {
+    last: HashMap<IpAddr, Instant>,
+}
+
+impl LogLimiter {
+    /// Whether a warn line for `ip` may be written at `now`.
+    fn allow(&mut self, ip: IpAddr, now: Instant) -> bool {
+        if self.last.len() > 4096 {
+            self.last
+                .retain(|_, at| now.duration_since(*at) < LOG_INTERVAL);
+        }
+        match self.last.get(&ip) {
+            Some(at) if now.duration_since(*at) < LOG_INTERVAL => false,
+            _ => {
+                self.last.insert(ip, now);
+                true
+            }
+        }
+    }
+}
+
+/// Runs the handshake on a fresh connection; returns the verified peer and any bytes that
+/// followed the handshake in the same reads.
+async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
+    shared: &Shared,
+    stream: &mut S,
+    role: Role,
+    expected_peer: Option<Address>,
+    deadline: Instant,
+) -> Result<(UniqueAddress, BytesMut), HandshakeRejection> {
+    let mut nonce = [0; NONCE_LEN];
+    rand::rng().fill_bytes(&mut nonce);
+    let mut state = Handshake::new(shared.handshake_config(role, expected_peer), nonce);
+    let decoder = FrameDecoder::new(MAX_HANDSHAKE_MESSAGE_LEN);
+    let mut buf = BytesMut::with_capacity(2 * MAX_HANDSHAKE_MESSAGE_LEN);
+    let mut out = BytesMut::new();
+    let mut event = HandshakeEvent::Start;
+    loop {
+        let actions;
+        (state, actions) = step(state, event);
+        for action in actions {
+            match action {
+                HandshakeAction::Send(message) => {
+                    out.clear();
+                    encode_frame(&message, MAX_HANDSHAKE_MESSAGE_LEN, &mut out)
+                        .map_err(HandshakeRejection::Frame)?;
+                    let write = async {
+                        stream.write_all(&out).await?;
+                        stream.flush().await
+                    };
+                    match timeout_at(deadline, write).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(_)) => return Err(HandshakeRejection::Closed),
+                        Err(_) => return Err(HandshakeRejection::TimedOut),
+                    }
+                }
+                HandshakeAction::Established(peer) => return Ok((peer, buf)),
+                HandshakeAction::Reject(reason) => return Err(reason),
+            }
+        }
+        event = loop {
+            match decoder.decode(&mut buf) {
+                Ok(Decoded::Frame(message)) => break HandshakeEvent::Received(message),
+                Ok(Decoded::NeedMore { .. }) => {}
+                Err(e) => break HandshakeEvent::ConnectionFailed(Some(e)),
+            }
+            match timeout_at(deadline, stream.read_buf(&mut buf)).await {
+                Err(_) => break HandshakeEvent::TimedOut,
+                Ok(Ok(0)) => break HandshakeEvent::ConnectionFailed(decoder.finish(&buf).err()),
+                Ok(Ok(_)) => {}
+                Ok(Err(_)) => break HandshakeEvent::ConnectionFailed(None),
+            }
+        };
+    }
+}
+
+/// Resolves once the watched flag is (or becomes) true, or its sender is gone.
+async fn until_true(flag: &mut watch::Receiver<bool>) {
+    let _ = flag.wait_for(|set| *set).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secret() -> ClusterSecret {
+        ClusterSecret::new("unit-test-cluster-secret").unwrap()
+    }
+
+    fn config() -> TcpTransportConfig {
+        TcpTransportConfig::new("app", "127.0.0.1:0".parse().unwrap(), secret())
+    }
+
+    #[tokio::test]
+    async fn the_advertised_address_uses_the_port_actually_bound() {
+        let (tx, _rx) = mpsc::channel(8);
+        let t = TcpTransport::bind(config().with_incarnation(7), tx)
+            .await
+            .unwrap();
+        let port = t.local_socket_addr().port();
+        assert_ne!(port, 0);
+        assert_eq!(t.local().address, Address::new("app", "127.0.0.1", port));
+        assert_eq!(t.local().incarnation, 7);
+        t.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn out_of_range_settings_are_rejected_with_what_is_allowed() {
+        for (config, needle) in [
+            (config().with_max_frame_size(0), "max_frame_size"),
+            (config().with_send_queue_capacity(0), "send_queue_capacity"),
+            (
+                config().with_reconnect_backoff(Duration::from_secs(2), Duration::from_secs(1)),
+                "backoff",
+            ),
+            (
+                config().with_handshake_timeout(Duration::ZERO),
+                "handshake_timeout",
+            ),
+        ] {
+            let (tx, _rx) = mpsc::channel(8);
+            let err = TcpTransport::bind(config, tx).await.unwrap_err();
+            assert!(err.to_string().contains(needle), "{err}");
+        }
+    }
+
+    #[tokio::test]
+    async fn sending_after_shutdown_or_above_the_maximum_fails() {
+        let (tx, _rx) = mpsc::channel(8);
+        let t = TcpTransport::bind(config().with_max_frame_size(10), tx)
+            .await
+            .unwrap();
+        let peer = Address::new("app", "127.0.0.1", 1);
+        assert_eq!(
+            t.send(&peer, Bytes::from_static(&[0; 11])),
+            Err(TransportError::FrameTooLarge { size: 11, max: 10 })
+        );
+        t.shutdown().await;
+        assert_eq!(
+            t.send(&peer, Bytes::from_static(b"x")),
+            Err(TransportError::Shutdown)
+        );
+    }
+
+    #[tokio::test]
+    async fn frames_beyond_the_queue_capacity_fail_with_queue_full_while_connecting() {
+        let (tx, _rx) = mpsc::channel(8);
+        // Nobody listens on port 1: the writer keeps reconnecting and the queue fills.
+        let t = TcpTransport::bind(config().with_send_queue_capacity(3), tx)
+            .await
+            .unwrap();
+        let peer = Address::new("app", "127.0.0.1", 1);
+        let mut results = Vec::new();
+        for _ in 0..5 {
+            results.push(t.send(&peer, Bytes::from_static(b"x")));
+        }
+        // The writer may have taken one frame out of the queue to hold while dialling.
+        let full = results
+            .iter()
+            .filter(|r| matches!(r, Err(TransportError::QueueFull { capacity: 3, .. })))
+            .count();
+        assert!((1..=2).contains(&full), "{results:?}");
+        t.shutdown().await;
+    }
+
+    #[test]
+    fn the_log_limiter_allows_one_line_per_ip_per_interval() {
+        let mut limiter = LogLimiter::default();
+        let t0 = Instant::now();
+        let ip: IpAddr = "127.0.0.1".parse().unwrap();
+        let other: IpAddr = "127.0.0.2".parse().unwrap();
+        assert!(limiter.allow(ip, t0));
+        assert!(!limiter.allow(ip, t0 + Duration::from_secs(9)));
+        assert!(limiter.allow(other, t0 + Duration::from_secs(9)));
+        assert!(limiter.allow(ip, t0 + LOG_INTERVAL));
+    }
+}
