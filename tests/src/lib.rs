@@ -1,7 +1,6 @@
 //! End-to-end test support: start real Troupe processes on 127.0.0.1 and read what they
 //! report. The tests themselves live in `tests/tests/`.
 
-
 pub mod flood;
 use std::net::TcpListener;
 use std::path::PathBuf;

@@ -45,9 +45,9 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
-use super::address::{Address, UniqueAddress};
 use super::frame::FrameError;
 use super::version::{ProtocolVersions, VersionMismatch};
+use crate::address::{Address, UniqueAddress};
 
 /// Bytes in a nonce.
 pub const NONCE_LEN: usize = 32;
