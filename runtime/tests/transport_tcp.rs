@@ -494,7 +494,10 @@ async fn a_member_that_proved_the_secret_reconnects_through_a_flood_on_reserved_
         let mut a2 = Node::start(config(SECRET)).await;
         assert_exchange(&mut a2, &mut b, "after").await;
         assert_eq!(b.transport.pending_handshakes(Pool::General), 2);
-        assert_eq!(b.transport.stats_snapshot().closed(CloseReason::Evicted), 28);
+        assert_eq!(
+            b.transport.stats_snapshot().closed(CloseReason::Evicted),
+            28
+        );
         drop(flood);
     })
     .await

@@ -104,6 +104,7 @@ async fn a_connection_flood_downs_no_member_and_a_restarted_member_rejoins_in_it
     let fd_limit = raise_fd_limit(MAX_OPEN as u64 + 2_000);
     let agent = binary("troupe-agent");
     let ports: Vec<u16> = (0..AGENTS).map(|_| free_port()).collect();
+    let flooded_started = Instant::now();
     let mut agents: Vec<Process> = ports
         .iter()
         .enumerate()
@@ -226,9 +227,11 @@ async fn a_connection_flood_downs_no_member_and_a_restarted_member_rejoins_in_it
     assert!(during_steady <= allowed, "{during_steady:?} > {allowed:?}");
     assert!(during_burst <= allowed, "{during_burst:?} > {allowed:?}");
 
-    // Bounded: the handshake slots (320) plus a margin, and memory.
+    // Bounded, whatever the flooder holds open (4,000): 320 handshake slots, and at most 80
+    // more evicted connections whose task has not been dropped yet (the accept loop waits);
+    // plus the members' established connections.
     assert!(
-        peak.fds <= before.fds + 400,
+        peak.fds <= before.fds + 400 + 20,
         "{} fds, {} before",
         peak.fds,
         before.fds
@@ -240,13 +243,48 @@ async fn a_connection_flood_downs_no_member_and_a_restarted_member_rejoins_in_it
         before.rss_kib
     );
 
-    // One global budget for the warnings about refused connections.
+    // The flood was felt, and counted on /metrics.
+    let flooded = &managements[FLOODED];
+    let evicted = metric(
+        flooded,
+        "troupe_agent_transport_connections_closed_total{reason=\"evicted\"}",
+    )
+    .await
+    .unwrap_or(0.0);
+    let refused = metric(
+        flooded,
+        "troupe_agent_transport_connections_closed_total{reason=\"source_limit\"}",
+    )
+    .await
+    .unwrap_or(0.0);
+    let rejected = metric(
+        flooded,
+        "troupe_agent_transport_handshakes_total{outcome=\"rejected\"}",
+    )
+    .await
+    .unwrap_or(0.0);
+    let suppressed = metric(flooded, "troupe_agent_transport_warnings_suppressed_total")
+        .await
+        .unwrap_or(0.0);
+    eprintln!(
+        "flooded node's /metrics: {evicted} evicted, {refused} refused at its source's share, \
+         {rejected} handshakes rejected, {suppressed} warnings suppressed"
+    );
+    assert!(evicted + refused + rejected >= 10_000.0);
+    assert!(suppressed > 0.0);
+
+    // One global budget for the warnings about closed connections: a burst of 5, then one
+    // per 10 s, whatever the number of source addresses.
     let warnings = agents[FLOODED]
         .stderr_lines()
         .into_iter()
         .filter(|l| l.contains("WARN") && l.contains("closing connection"))
         .count();
-    assert!(warnings <= 20, "{warnings} warning lines");
+    let budget = 5 + flooded_started.elapsed().as_secs() / 10 + 1;
+    assert!(
+        warnings as u64 <= budget,
+        "{warnings} warning lines, budget {budget}"
+    );
 
     for agent in &mut agents {
         agent.kill().await;

@@ -61,7 +61,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -128,6 +128,12 @@ struct Shared {
     /// The handshake task and source of every admitted connection, so one can be evicted.
     admitted: Mutex<HashMap<ConnectionId, (AbortHandle, IpAddr)>>,
     next_admission: AtomicU64,
+    /// Inbound handshake tasks alive, evicted ones included until they are dropped.
+    live_handshakes: AtomicUsize,
+    /// The accept loop stops accepting at this many live handshake tasks.
+    max_live_handshakes: usize,
+    /// Signalled when a handshake task ends.
+    handshake_ended: tokio::sync::Notify,
     tls: Option<TlsConfig>,
     inbound: mpsc::Sender<InboundFrame>,
     stats: Arc<TransportStats>,
@@ -183,6 +189,7 @@ impl TcpTransport {
             ),
             incarnation: config.incarnation,
         };
+        let max_live_handshakes = max_live_handshakes(&config.admission);
         let shared = Arc::new(Shared {
             local,
             secret: config.secret,
@@ -196,6 +203,9 @@ impl TcpTransport {
             admission_settings: config.admission,
             admitted: Mutex::new(HashMap::new()),
             next_admission: AtomicU64::new(0),
+            live_handshakes: AtomicUsize::new(0),
+            max_live_handshakes,
+            handshake_ended: tokio::sync::Notify::new(),
             tls: config.tls,
             inbound,
             stats: Arc::new(TransportStats::default()),
@@ -394,6 +404,7 @@ impl Shared {
             match action {
                 AdmissionAction::Admit { .. } => {
                     if let Some(stream) = stream.take() {
+                        self.live_handshakes.fetch_add(1, Ordering::AcqRel);
                         let guard = AdmissionGuard {
                             shared: self.clone(),
                             id,
@@ -447,6 +458,21 @@ impl Shared {
         };
         let _ = self.admission_step(event);
         drop(admitted);
+        self.live_handshakes.fetch_sub(1, Ordering::AcqRel);
+        self.handshake_ended.notify_one();
+    }
+
+    /// Waits while too many handshake tasks are alive: an evicted task closes its socket
+    /// only when the runtime drops it, and connections waiting in the kernel's accept queue
+    /// cost this process no file descriptor.
+    async fn accept_capacity(&self) {
+        while self.live_handshakes.load(Ordering::Acquire) >= self.max_live_handshakes {
+            let ended = self.handshake_ended.notified();
+            if self.live_handshakes.load(Ordering::Acquire) < self.max_live_handshakes {
+                return;
+            }
+            ended.await;
+        }
     }
 
     /// Counts a failed handshake (by version, when that was why) and closes for it.
@@ -578,6 +604,12 @@ impl WarnBudget {
         self.tokens -= 1;
         Some(std::mem::take(&mut self.suppressed))
     }
+}
+
+/// Live inbound handshake tasks allowed: every pending slot, and a quarter more for evicted
+/// tasks the runtime has not dropped yet.
+fn max_live_handshakes(admission: &AdmissionSettings) -> usize {
+    admission.max_pending() + admission.max_pending() / 4
 }
 
 /// A finished handshake.

@@ -24,6 +24,11 @@ pub(super) async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
         tokio::select! {
             biased;
             _ = until_true(&mut shutdown) => return,
+            () = shared.accept_capacity() => {}
+        }
+        tokio::select! {
+            biased;
+            _ = until_true(&mut shutdown) => return,
             accepted = listener.accept() => match accepted {
                 Ok((stream, remote)) => shared.admit(stream, remote),
                 Err(e) => {
