@@ -1,4 +1,5 @@
-//! The server as a value: build it from a [`Config`], then run it until SIGTERM or Ctrl-C.
+//! The server as a value, and its composition root: build it from a [`Config`] (store,
+//! export, coordination backends, shared state, routes), then run it until SIGTERM or Ctrl-C.
 //!
 //! # Shutdown
 //! On SIGTERM or SIGINT (or [`ShutdownTrigger::shutdown`]) the server stops accepting
@@ -19,13 +20,13 @@ use troupe::lease::InMemoryLeaseArbiter;
 use troupe_coordination::etcd::{EtcdDirectory, EtcdLeases};
 use troupe_coordination::postgres::PgCoordination;
 
-use crate::api::coordination::Coordination;
-use crate::auth::Tokens;
-use crate::live::LiveHub;
-use crate::metrics::Metrics;
+use crate::config::Config;
+use crate::coordination::Coordination;
 use crate::otel::{Endpoint, EventExport, ExportError};
+use crate::state::{AppState, ShutdownTrigger};
 use crate::store::{Store, StoreError};
-use crate::{Config, api};
+use crate::time::now_ms;
+use crate::{api, ui};
 
 /// Rows retention deletes per table and statement; small enough that ingest never waits long.
 const RETENTION_CHUNK: i64 = 5_000;
@@ -45,62 +46,6 @@ pub enum AppError {
     /// The listen address could not be bound, or the server failed.
     #[error("http server: {0}")]
     Io(#[from] std::io::Error),
-}
-
-/// What every request handler shares.
-#[derive(Debug, Clone)]
-pub struct AppState {
-    /// The history store.
-    pub store: Store,
-    /// The configuration.
-    pub config: Arc<Config>,
-    /// Accepted tokens.
-    pub tokens: Tokens,
-    /// Prometheus metrics.
-    pub metrics: Arc<Metrics>,
-    /// Live event fan-out.
-    pub live: LiveHub,
-    /// Becomes `true` when the server shuts down.
-    pub shutdown: watch::Receiver<bool>,
-    /// OpenTelemetry export of stored events, when configured.
-    pub export: Option<Arc<EventExport>>,
-    /// The coordination API's backends, when set up.
-    pub coordination: Option<Arc<Coordination>>,
-}
-
-impl AppState {
-    /// State over `store`; the returned trigger ends live streams.
-    #[must_use]
-    pub fn new(config: Config, store: Store) -> (Self, ShutdownTrigger) {
-        let ingest_token = config.ingest_token.clone().unwrap_or_else(random_token);
-        let (sender, receiver) = watch::channel(false);
-        let state = Self {
-            store,
-            tokens: Tokens::new(ingest_token, config.admin_token.clone())
-                .with_coordination(config.coordination_token.clone()),
-            config: Arc::new(config),
-            metrics: Arc::new(Metrics::new()),
-            live: LiveHub::default(),
-            shutdown: receiver,
-            export: None,
-            coordination: None,
-        };
-        (state, ShutdownTrigger(Arc::new(sender)))
-    }
-
-    /// Exports every stored event through `export` as well.
-    #[must_use]
-    pub fn with_export(mut self, export: Arc<EventExport>) -> Self {
-        self.export = Some(export);
-        self
-    }
-
-    /// Serves the coordination API from `coordination`.
-    #[must_use]
-    pub fn with_coordination(mut self, coordination: Arc<Coordination>) -> Self {
-        self.coordination = Some(coordination);
-        self
-    }
 }
 
 /// The coordination API's backends as configured: etcd when `--etcd-endpoints` is set, else
@@ -153,31 +98,6 @@ pub async fn coordination_backend(
         Arc::new(InMemoryDirectory::new()),
         "in-memory",
     ))
-}
-
-/// Starts a graceful shutdown from code (tests, embedding).
-#[derive(Debug, Clone)]
-pub struct ShutdownTrigger(Arc<watch::Sender<bool>>);
-
-impl ShutdownTrigger {
-    /// Asks the server to shut down.
-    pub fn shutdown(&self) {
-        self.0.send_replace(true);
-    }
-
-    async fn requested(&self) {
-        let mut receiver = self.0.subscribe();
-        let _ = receiver.wait_for(|stop| *stop).await;
-    }
-}
-
-fn random_token() -> String {
-    let token = format!("{:032x}", rand::random::<u128>());
-    tracing::warn!(
-        token = %token,
-        "no ingest token configured (TROUPE_INGEST_TOKEN); agents must send this one"
-    );
-    token
 }
 
 /// The server, bound and ready to run.
@@ -261,7 +181,7 @@ impl App {
                         .exclude("/metrics"),
                 )
                 .configure(api::configure(app_state.clone()))
-                .configure(crate::ui::configure)
+                .configure(ui::configure)
         })
         .disable_signals()
         .shutdown_timeout(shutdown_timeout);
@@ -368,7 +288,7 @@ async fn retention_loop(store: Store, keep: Duration, mut shutdown: watch::Recei
             _ = every.tick() => {}
             _ = shutdown.changed() => return,
         }
-        let cutoff = api::now_ms() - keep.as_millis() as i64;
+        let cutoff = now_ms() - keep.as_millis() as i64;
         loop {
             match store.delete_older_than(cutoff, RETENTION_CHUNK).await {
                 Ok(deleted) if deleted > 0 => {

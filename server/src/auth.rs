@@ -6,7 +6,7 @@
 use actix_web::HttpRequest;
 use actix_web::http::header::AUTHORIZATION;
 
-use crate::api::ApiError;
+use crate::error::ApiError;
 
 /// The tokens the server accepts.
 #[derive(Debug, Clone)]

@@ -8,18 +8,38 @@
 //! troupe_server::App::build(config).await?.run().await
 //! # }
 //! ```
+//!
+//! # Layers
+//! [`app`] is the composition root: it builds the [`store`], the export ([`otel`]), the
+//! [`coordination`] service and the shared [`state`], and mounts the routes of [`api`] and
+//! [`ui`]. Resources in `api/` and pages in `ui/` use the state, the store and the helpers
+//! ([`error`], [`time`], [`paging`], `request`), never the file that mounts them; no module
+//! imports one that imports it back (`scripts/check-module-cycles` keeps it so).
+//!
+//! # Features
+//! `test-util` adds `testing` (throw-away databases, a batch builder, a tiny HTTP client)
+//! for tests and benchmarks; production builds leave it out, so nothing in them can drop a
+//! database.
 
 pub mod api;
 pub mod app;
 pub mod auth;
 pub mod config;
+pub mod coordination;
+pub mod error;
 pub mod live;
 pub mod metrics;
 pub mod otel;
+pub mod paging;
+mod request;
+pub mod state;
 pub mod store;
 pub mod telemetry;
+#[cfg(feature = "test-util")]
 pub mod testing;
+pub mod time;
 pub mod ui;
 
-pub use app::{App, AppError, AppState, ShutdownTrigger};
+pub use app::{App, AppError};
 pub use config::Config;
+pub use state::{AppState, ShutdownTrigger};

@@ -59,7 +59,7 @@ impl LiveHub {
                 "cluster": id.cluster,
                 "node": id.node,
                 "incarnation": id.incarnation,
-                "at": crate::api::rfc3339(event.at_ms),
+                "at": crate::time::rfc3339(event.at_ms),
                 "at_ms": event.at_ms,
             });
             if let (Some(object), Ok(serde_json::Value::Object(body))) =

@@ -26,7 +26,7 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::logs::{SdkLogger, SdkLoggerProvider};
 use troupe_protocol::{AgentHealth, EventBody, ReportBatch};
 
-use crate::Config;
+use crate::config::Config;
 
 /// The export could not be set up.
 #[derive(Debug, thiserror::Error)]

@@ -4,7 +4,7 @@
 //! # One SQL text, two backends
 //! Reads and the current-state upserts are written once in the dialect both backends accept
 //! (`$N` parameters, `ON CONFLICT … DO UPDATE`, integer time arithmetic) and expanded for each
-//! pool by [`with_pool!`]. Only the bulk inserts differ: `UNNEST` arrays on PostgreSQL, one
+//! pool by `with_pool!`. Only the bulk inserts differ: `UNNEST` arrays on PostgreSQL, one
 //! prepared statement per row on SQLite.
 //!
 //! # Ingest
@@ -13,9 +13,12 @@
 //! already exists means a retry: the transaction is rolled back and nothing is written twice.
 //! Any error rolls everything back, so a batch is stored whole or not at all.
 
+mod error;
+mod ingest;
 mod model;
 mod postgres;
 mod rows;
+mod sql;
 mod sqlite;
 mod state;
 
@@ -29,9 +32,10 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{PgPool, SqlitePool};
 use troupe_protocol::{OperationKind, ReportBatch};
 
+pub use error::StoreError;
 pub use model::{
     AgentRow, ClusterRow, DeadLetterRow, DepthTickRow, EventRow, IngestOutcome, MemberRow,
-    MinuteCount, RouterRow, SingletonRow, Totals,
+    MinuteCount, RouterRow, SingletonRow, Totals, string_list,
 };
 
 /// Runs `$body` with `$pool` bound to the backend's pool; the body is compiled once per backend.
@@ -44,229 +48,23 @@ macro_rules! with_pool {
     };
 }
 
-/// Runs the state changes of a batch inside transaction `$tx` (same SQL on both backends).
-macro_rules! apply_state_changes {
-    ($tx:expr, $cluster_id:expr, $agent_id:expr, $changes:expr) => {{
-        use crate::store::state::StateChange;
-        for change in $changes {
-            match change {
-                StateChange::MemberStatus {
-                    at_ms,
-                    address,
-                    uid,
-                    status,
-                    roles,
-                } => {
-                    sqlx::query(crate::store::sql::UPSERT_MEMBER_STATUS)
-                        .bind($cluster_id)
-                        .bind(address)
-                        .bind(uid)
-                        .bind(*status)
-                        .bind(roles)
-                        .bind(at_ms)
-                        .execute(&mut *$tx)
-                        .await?;
-                }
-                StateChange::Reachability {
-                    at_ms,
-                    address,
-                    uid,
-                    status,
-                    roles,
-                    reachable,
-                    observers,
-                } => {
-                    sqlx::query(crate::store::sql::UPSERT_MEMBER_REACHABILITY)
-                        .bind($cluster_id)
-                        .bind(address)
-                        .bind(uid)
-                        .bind(*status)
-                        .bind(roles)
-                        .bind(reachable)
-                        .bind(observers)
-                        .bind(at_ms)
-                        .execute(&mut *$tx)
-                        .await?;
-                }
-                StateChange::Leader { at_ms, leader } => {
-                    sqlx::query(crate::store::sql::UPDATE_LEADER)
-                        .bind($cluster_id)
-                        .bind(leader)
-                        .bind(at_ms)
-                        .execute(&mut *$tx)
-                        .await?;
-                }
-                StateChange::SingletonHosted {
-                    at_ms,
-                    singleton,
-                    role,
-                    host,
-                } => {
-                    sqlx::query(crate::store::sql::UPSERT_SINGLETON_HOST)
-                        .bind($cluster_id)
-                        .bind(singleton)
-                        .bind(role)
-                        .bind(host)
-                        .bind(at_ms)
-                        .execute(&mut *$tx)
-                        .await?;
-                }
-                StateChange::SingletonStopped {
-                    at_ms,
-                    singleton,
-                    role,
-                    host,
-                } => {
-                    sqlx::query(crate::store::sql::UPSERT_SINGLETON_STOPPED)
-                        .bind($cluster_id)
-                        .bind(singleton)
-                        .bind(role)
-                        .bind(host)
-                        .bind(at_ms)
-                        .execute(&mut *$tx)
-                        .await?;
-                }
-                StateChange::Lease {
-                    at_ms,
-                    singleton,
-                    role,
-                    lease,
-                    holder,
-                } => {
-                    sqlx::query(crate::store::sql::UPSERT_SINGLETON_LEASE)
-                        .bind($cluster_id)
-                        .bind(singleton)
-                        .bind(role)
-                        .bind(lease)
-                        .bind(holder)
-                        .bind(at_ms)
-                        .execute(&mut *$tx)
-                        .await?;
-                }
-                StateChange::Router {
-                    at_ms,
-                    path,
-                    strategy,
-                    role,
-                    routee_path,
-                    routees,
-                } => {
-                    sqlx::query(crate::store::sql::UPSERT_ROUTER)
-                        .bind($cluster_id)
-                        .bind(path)
-                        .bind(*strategy)
-                        .bind(role)
-                        .bind(routee_path)
-                        .bind(routees)
-                        .bind(at_ms)
-                        .execute(&mut *$tx)
-                        .await?;
-                }
-                StateChange::Health { at_ms, health } => {
-                    sqlx::query(crate::store::sql::UPDATE_HEALTH)
-                        .bind($agent_id)
-                        .bind(*health)
-                        .bind(at_ms)
-                        .execute(&mut *$tx)
-                        .await?;
-                }
-            }
-        }
-    }};
-}
+static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
+static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
 
-/// Begins the ingest transaction `$tx`: cluster (unless its id is known) and agent rows, then
-/// the batch marker. Evaluates to `(cluster_id, Some(agent_id))`, or `(cluster_id, None)` for a
-/// batch stored before.
-macro_rules! begin_batch {
-    ($tx:expr, $batch:expr, $received_ms:expr, $known_cluster:expr) => {{
-        let batch: &ReportBatch = $batch;
-        let id = &batch.identity;
-        let cluster_id: i64 = match $known_cluster {
-            Some(cluster_id) => cluster_id,
-            None => {
-                sqlx::query(crate::store::sql::INSERT_CLUSTER)
-                    .bind(&id.cluster)
-                    .bind($received_ms)
-                    .execute(&mut *$tx)
-                    .await?;
-                sqlx::query_scalar(crate::store::sql::CLUSTER_ID)
-                    .bind(&id.cluster)
-                    .fetch_one(&mut *$tx)
-                    .await?
-            }
-        };
-        let d = &batch.dropped;
-        let agent_id: i64 = sqlx::query_scalar(crate::store::sql::UPSERT_AGENT)
-            .bind(cluster_id)
-            .bind(&id.node)
-            .bind(id.incarnation as i64)
-            .bind(&id.meta.node)
-            .bind($received_ms)
-            .bind(batch.sent_at_ms)
-            .bind(batch.sequence as i64)
-            .bind(d.membership as i64)
-            .bind(d.singleton as i64)
-            .bind(d.router as i64)
-            .bind(d.dead_letters as i64)
-            .bind(d.health as i64)
-            .bind(d.depth_samples as i64)
-            .fetch_one(&mut *$tx)
-            .await?;
-        let items = (batch.events.len() + batch.depth_samples.len()) as i64;
-        let fresh = sqlx::query(crate::store::sql::INSERT_BATCH)
-            .bind(agent_id)
-            .bind(batch.sequence as i64)
-            .bind($received_ms)
-            .bind(items)
-            .execute(&mut *$tx)
-            .await?
-            .rows_affected();
-        (cluster_id, (fresh == 1).then_some(agent_id))
-    }};
-}
-
-/// Marks the operations waiting for cluster `$cluster_id` delivered and evaluates to them.
-macro_rules! take_operations {
-    ($tx:expr, $cluster_id:expr, $received_ms:expr) => {{
-        let rows: Vec<(i64, String, String)> = sqlx::query_as(crate::store::sql::TAKE_OPERATIONS)
-            .bind($cluster_id)
-            .bind($received_ms)
-            .fetch_all(&mut *$tx)
-            .await?;
-        rows.into_iter()
-            .filter_map(|(id, address, operation)| {
-                let operation = match operation.as_str() {
-                    "leave" => troupe_protocol::OperationKind::Leave,
-                    "down" => troupe_protocol::OperationKind::Down,
-                    _ => return None,
-                };
-                Some(troupe_protocol::MemberOperation {
-                    id,
-                    address,
-                    operation,
-                })
-            })
-            .collect::<Vec<_>>()
-    }};
-}
-
-pub(crate) use {apply_state_changes, begin_batch, take_operations};
-
-mod sql;
-
-/// A failure of the store.
+/// Why the store cannot serve requests now.
 #[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// The database answered with an error or could not be reached.
-    #[error("database error: {0}")]
-    Database(#[from] sqlx::Error),
-    /// The migrations could not be applied.
-    #[error("applying migrations failed: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
-    /// Stored JSON text did not parse (a bug or a hand-edited row).
-    #[error("stored JSON is malformed: {0}")]
-    Json(#[from] serde_json::Error),
+pub enum NotReady {
+    /// The database did not answer.
+    #[error("the database does not answer: {0}")]
+    Unreachable(#[source] StoreError),
+    /// A migration this server needs is not applied.
+    #[error("migration {version} ({description}) is not applied")]
+    Migration {
+        /// Its version.
+        version: i64,
+        /// Its description.
+        description: String,
+    },
 }
 
 /// Which backend a [`Store`] uses.
@@ -348,7 +146,7 @@ impl Store {
             .acquire_timeout(acquire_timeout)
             .connect_with(options)
             .await?;
-        sqlx::migrate!("../migrations/postgres").run(&pool).await?;
+        POSTGRES_MIGRATIONS.run(&pool).await?;
         Ok(Self::with_backend(Backend::Postgres(pool)))
     }
 
@@ -365,7 +163,7 @@ impl Store {
             .max_connections(max_connections.max(1))
             .connect_with(options)
             .await?;
-        sqlx::migrate!("../migrations/sqlite").run(&pool).await?;
+        SQLITE_MIGRATIONS.run(&pool).await?;
         Ok(Self::with_backend(Backend::Sqlite(pool)))
     }
 
@@ -391,6 +189,26 @@ impl Store {
         match &self.backend {
             Backend::Postgres(pool) => Some(pool),
             Backend::Sqlite(_) => None,
+        }
+    }
+
+    /// Whether the database answers and every migration this server knows is applied.
+    pub async fn check_ready(&self) -> Result<(), NotReady> {
+        let applied: Vec<i64> =
+            with_pool!(self, |pool| sqlx::query_scalar(sql::APPLIED_MIGRATIONS)
+                .fetch_all(pool)
+                .await
+                .map_err(|e| NotReady::Unreachable(e.into()))?);
+        let migrator = match self.backend {
+            Backend::Postgres(_) => &POSTGRES_MIGRATIONS,
+            Backend::Sqlite(_) => &SQLITE_MIGRATIONS,
+        };
+        match migrator.iter().find(|m| !applied.contains(&m.version)) {
+            Some(missing) => Err(NotReady::Migration {
+                version: missing.version,
+                description: missing.description.to_string(),
+            }),
+            None => Ok(()),
         }
     }
 

@@ -9,7 +9,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
-use crate::Config;
+use crate::config::Config;
 use crate::otel::{Endpoint, ExportError, resource};
 
 /// What [`init`] installed; flush or shut it down before exiting.

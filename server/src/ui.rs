@@ -17,25 +17,15 @@ mod dead_letters;
 mod events;
 mod node;
 mod overview;
+mod page;
 mod routers;
 mod singletons;
 mod timeline;
 
-use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse, web};
-use askama::Template;
-use troupe_protocol::EventKind;
-use troupe_web::format::href;
-use troupe_web::pages::{ErrorPage, Layout, Section};
 
-use crate::app::AppState;
-use crate::store::{ClusterRow, StoreError};
-
-/// The policy every dashboard response carries.
-pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
-style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; base-uri 'none'; \
-frame-ancestors 'none'";
+use self::page::secure;
 
 /// Registers the dashboard's routes.
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -48,183 +38,6 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/ui/dead-letters", web::get().to(dead_letters::page))
         .route("/ui/node", web::get().to(node::page))
         .route("/ui/assets/{name}", web::get().to(asset));
-}
-
-/// Why a page could not be shown.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum UiError {
-    /// A query parameter was wrong.
-    #[error("{0}")]
-    BadRequest(String),
-    /// No such cluster or node.
-    #[error("{0}")]
-    NotFound(String),
-    /// The store failed.
-    #[error("the store failed: {0}")]
-    Store(#[from] StoreError),
-    /// A template failed to render (a bug).
-    #[error("rendering failed: {0}")]
-    Render(#[from] askama::Error),
-}
-
-impl UiError {
-    fn status(&self) -> StatusCode {
-        match self {
-            Self::BadRequest(_) => StatusCode::BAD_REQUEST,
-            Self::NotFound(_) => StatusCode::NOT_FOUND,
-            Self::Store(StoreError::Database(
-                sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed,
-            )) => StatusCode::SERVICE_UNAVAILABLE,
-            Self::Store(_) | Self::Render(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        }
-    }
-}
-
-/// What every page handler starts from: the time, the clusters and the one asked for.
-#[derive(Debug)]
-pub(crate) struct Context {
-    /// Now, epoch ms.
-    pub(crate) now_ms: i64,
-    /// Every cluster's name.
-    pub(crate) names: Vec<String>,
-    /// The cluster shown, if any has reported.
-    pub(crate) cluster: Option<ClusterRow>,
-    /// Every cluster.
-    pub(crate) clusters: Vec<ClusterRow>,
-}
-
-impl Context {
-    /// Loads the clusters; `requested` must name one of them (default: the first).
-    pub(crate) async fn load(state: &AppState, requested: Option<&str>) -> Result<Self, UiError> {
-        let clusters = state.store.clusters().await?;
-        let cluster = match requested.filter(|c| !c.is_empty()) {
-            Some(name) => Some(
-                clusters
-                    .iter()
-                    .find(|c| c.name == name)
-                    .cloned()
-                    .ok_or_else(|| {
-                        UiError::NotFound(format!("No cluster named “{name}” has reported."))
-                    })?,
-            ),
-            None => clusters.first().cloned(),
-        };
-        Ok(Self {
-            now_ms: crate::api::now_ms(),
-            names: clusters.iter().map(|c| c.name.clone()).collect(),
-            cluster,
-            clusters,
-        })
-    }
-
-    /// The cluster's name, "" when none has reported.
-    pub(crate) fn cluster_name(&self) -> &str {
-        self.cluster.as_ref().map_or("", |c| c.name.as_str())
-    }
-
-    /// The layout of a page of `section`.
-    pub(crate) fn layout(&self, section: Section, title: impl Into<String>) -> Layout {
-        Layout::new(
-            section,
-            title,
-            self.cluster_name(),
-            &self.names,
-            self.now_ms,
-            event_kinds(),
-        )
-    }
-
-    /// The node page of `node` in this cluster.
-    pub(crate) fn node_href(&self, node: &str) -> String {
-        href(
-            Section::Node.path(),
-            &[("cluster", self.cluster_name()), ("node", node)],
-        )
-    }
-}
-
-fn event_kinds() -> String {
-    EventKind::ALL
-        .iter()
-        .map(|k| k.as_str())
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// Parses the query string into `T`.
-pub(crate) fn query<T: serde::de::DeserializeOwned>(req: &HttpRequest) -> Result<T, UiError> {
-    serde_html_form::from_str(req.query_string())
-        .map_err(|e| UiError::BadRequest(format!("This page's address has a bad query: {e}.")))
-}
-
-/// A time range choice (`15m`, `1h`, `6h`, `24h`, `7d`) in milliseconds.
-pub(crate) fn range_ms(range: Option<&str>) -> Result<(String, i64), UiError> {
-    let range = range.filter(|r| !r.is_empty()).unwrap_or("1h");
-    let ms = match range {
-        "15m" => 15 * 60_000,
-        "1h" => 3_600_000,
-        "6h" => 6 * 3_600_000,
-        "24h" => 24 * 3_600_000,
-        "7d" => 7 * 24 * 3_600_000,
-        other => {
-            return Err(UiError::BadRequest(format!(
-                "Unknown range “{other}”; use 15m, 1h, 6h, 24h or 7d."
-            )));
-        }
-    };
-    Ok((range.to_owned(), ms))
-}
-
-/// The range options of a `<select>`.
-pub(crate) const RANGES: &[(&str, &str)] = &[
-    ("15m", "last 15 minutes"),
-    ("1h", "last hour"),
-    ("6h", "last 6 hours"),
-    ("24h", "last 24 hours"),
-    ("7d", "last 7 days"),
-];
-
-fn secure(builder: &mut actix_web::HttpResponseBuilder) -> &mut actix_web::HttpResponseBuilder {
-    builder
-        .insert_header((header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY))
-        .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
-        .insert_header((header::REFERRER_POLICY, "same-origin"))
-        .insert_header((header::X_FRAME_OPTIONS, "DENY"))
-}
-
-/// Renders a page, or its error page.
-pub(crate) fn respond<T: Template>(page: Result<T, UiError>) -> HttpResponse {
-    let (status, body) = match page.and_then(|p| p.render().map_err(UiError::from)) {
-        Ok(body) => (StatusCode::OK, body),
-        Err(error) => {
-            let status = error.status();
-            if status.is_server_error() {
-                tracing::error!(%error, "dashboard page failed");
-            }
-            // The error page links nowhere cluster-specific: the cluster may be the problem.
-            let page = ErrorPage {
-                layout: Layout::new(
-                    Section::Overview,
-                    status.canonical_reason().unwrap_or("Error"),
-                    "",
-                    &[],
-                    crate::api::now_ms(),
-                    event_kinds(),
-                ),
-                status: status.as_u16(),
-                message: error.to_string(),
-            };
-            (
-                status,
-                page.render()
-                    .unwrap_or_else(|_| "the error page failed to render".to_owned()),
-            )
-        }
-    };
-    secure(&mut HttpResponse::build(status))
-        .content_type("text/html; charset=utf-8")
-        .insert_header((header::CACHE_CONTROL, "no-store"))
-        .body(body)
 }
 
 /// `/` and `/ui`: to the overview.

@@ -14,6 +14,10 @@ use troupe_coordination::http::HttpCoordination;
 use troupe_server::testing::{TestDatabase, TestSqliteFile};
 use troupe_server::{App, Config};
 
+#[path = "support/cut_proxy.rs"]
+mod cut_proxy;
+use cut_proxy::CutProxy;
+
 const TOKEN: &str = "coordination-secret";
 
 fn unique(tag: &str) -> String {
@@ -365,77 +369,4 @@ async fn a_client_cut_off_from_the_server_reports_the_loss_before_another_can_ac
         acquired_at - cut_at
     );
     other.release().await.unwrap();
-}
-
-/// A TCP proxy to the server; `cut()` black-holes it (open connections stay open but forward
-/// nothing, new ones are accepted and never forwarded), as behind a dead switch.
-struct CutProxy {
-    addr: std::net::SocketAddr,
-    cut: Arc<std::sync::atomic::AtomicBool>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl CutProxy {
-    async fn start(target: std::net::SocketAddr) -> Self {
-        use tokio::net::{TcpListener, TcpStream};
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
-        let addr = listener.local_addr().expect("proxy address");
-        let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = Arc::clone(&cut);
-        let task = tokio::spawn(async move {
-            let mut held = Vec::new();
-            loop {
-                let Ok((inbound, _)) = listener.accept().await else {
-                    return;
-                };
-                if flag.load(Ordering::SeqCst) {
-                    held.push(inbound);
-                    continue;
-                }
-                let Ok(outbound) = TcpStream::connect(target).await else {
-                    continue;
-                };
-                let (ri, wi) = inbound.into_split();
-                let (ro, wo) = outbound.into_split();
-                tokio::spawn(pump(ri, wo, Arc::clone(&flag)));
-                tokio::spawn(pump(ro, wi, Arc::clone(&flag)));
-            }
-        });
-        Self { addr, cut, task }
-    }
-
-    fn endpoint(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    fn cut(&self) {
-        self.cut.store(true, Ordering::SeqCst);
-    }
-}
-
-impl Drop for CutProxy {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-async fn pump(
-    mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
-    cut: Arc<std::sync::atomic::AtomicBool>,
-) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        let n = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        if cut.load(Ordering::SeqCst) {
-            std::future::pending::<()>().await;
-        }
-        if to.write_all(&buf[..n]).await.is_err() {
-            return;
-        }
-    }
 }

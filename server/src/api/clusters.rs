@@ -5,9 +5,10 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::{ApiError, datetime, find_cluster};
-use crate::app::AppState;
+use crate::error::{ApiError, ErrorBody};
+use crate::state::AppState;
 use crate::store::ClusterRow;
+use crate::time::datetime;
 
 /// A cluster.
 #[derive(Debug, Serialize, ToSchema)]
@@ -47,10 +48,19 @@ pub async fn list(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> 
     Ok(HttpResponse::Ok().json(clusters))
 }
 
+/// The cluster named `name`, or 404.
+pub(crate) async fn find_cluster(state: &AppState, name: &str) -> Result<ClusterRow, ApiError> {
+    state
+        .store
+        .cluster(name)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no cluster named `{name}` has reported")))
+}
+
 /// One cluster.
 #[utoipa::path(get, path = "/api/v1/clusters/{cluster}", tag = "clusters",
     params(("cluster" = String, Path, description = "Cluster name")),
-    responses((status = 200, body = ClusterDto), (status = 404, body = super::ErrorBody)))]
+    responses((status = 200, body = ClusterDto), (status = 404, body = ErrorBody)))]
 pub async fn one(
     state: web::Data<AppState>,
     cluster: web::Path<String>,

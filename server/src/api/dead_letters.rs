@@ -5,9 +5,13 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::{ApiError, datetime, find_cluster, page_size, parse_cursor, parse_time};
-use crate::app::AppState;
+use super::clusters::find_cluster;
+use crate::error::{ApiError, ErrorBody};
+use crate::paging::{next_cursor, page_size, parse_cursor};
+use crate::request::query;
+use crate::state::AppState;
 use crate::store::{DeadLetterFilter, DeadLetterRow};
+use crate::time::{datetime, now_ms, parse_time};
 
 /// A dead letter.
 #[derive(Debug, Serialize, ToSchema)]
@@ -101,20 +105,22 @@ fn filter(query: &DeadLettersQuery) -> Result<DeadLetterFilter, ApiError> {
 /// A cluster's dead letters, newest first.
 #[utoipa::path(get, path = "/api/v1/clusters/{cluster}/dead-letters", tag = "dead letters",
     params(("cluster" = String, Path, description = "Cluster name"), DeadLettersQuery),
-    responses((status = 200, body = DeadLetterPage), (status = 400, body = super::ErrorBody),
-              (status = 404, body = super::ErrorBody)))]
+    responses((status = 200, body = DeadLetterPage), (status = 400, body = ErrorBody),
+              (status = 404, body = ErrorBody)))]
 pub async fn list(
     state: web::Data<AppState>,
     req: HttpRequest,
     cluster: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let query: DeadLettersQuery = super::query(&req)?;
+    let query: DeadLettersQuery = query(&req)?;
     let filter = filter(&query)?;
     let cluster = find_cluster(&state, &cluster).await?;
     let rows = state.store.dead_letters(cluster.id, &filter).await?;
-    let next_cursor = (rows.len() as i64 == filter.limit)
-        .then(|| rows.last().map(|r| super::cursor_after(r.at_ms, r.id)))
-        .flatten();
+    let next_cursor = next_cursor(
+        rows.len(),
+        filter.limit,
+        rows.last().map(|r| (r.at_ms, r.id)),
+    );
     Ok(HttpResponse::Ok().json(DeadLetterPage {
         dead_letters: rows.into_iter().map(Into::into).collect(),
         next_cursor,
@@ -124,17 +130,17 @@ pub async fn list(
 /// Dead letters per minute (default: the last hour).
 #[utoipa::path(get, path = "/api/v1/clusters/{cluster}/dead-letters/per-minute", tag = "dead letters",
     params(("cluster" = String, Path, description = "Cluster name"), DeadLettersQuery),
-    responses((status = 200, body = DeadLetterCounts), (status = 400, body = super::ErrorBody),
-              (status = 404, body = super::ErrorBody)))]
+    responses((status = 200, body = DeadLetterCounts), (status = 400, body = ErrorBody),
+              (status = 404, body = ErrorBody)))]
 pub async fn per_minute(
     state: web::Data<AppState>,
     req: HttpRequest,
     cluster: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let query: DeadLettersQuery = super::query(&req)?;
+    let query: DeadLettersQuery = query(&req)?;
     let mut filter = filter(&query)?;
     if filter.since_ms.is_none() {
-        filter.since_ms = Some(filter.until_ms.unwrap_or_else(super::now_ms) - 3_600_000);
+        filter.since_ms = Some(filter.until_ms.unwrap_or_else(now_ms) - 3_600_000);
     }
     let cluster = find_cluster(&state, &cluster).await?;
     let counts = state.store.dead_letter_counts(cluster.id, &filter).await?;

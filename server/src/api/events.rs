@@ -11,9 +11,13 @@ use serde::{Deserialize, Serialize};
 use troupe_protocol::EventKind;
 use utoipa::ToSchema;
 
-use super::{ApiError, datetime, find_cluster, page_size, parse_cursor, parse_time};
-use crate::app::AppState;
+use super::clusters::find_cluster;
+use crate::error::{ApiError, ErrorBody};
+use crate::paging::{next_cursor, page_size, parse_cursor};
+use crate::request::query;
+use crate::state::AppState;
 use crate::store::{EventFilter, EventRow};
+use crate::time::{datetime, parse_time};
 
 /// A stored event.
 #[derive(Debug, Serialize, ToSchema)]
@@ -128,14 +132,14 @@ pub(crate) fn kinds_filter(
 /// A cluster's events, newest first, filtered by kind, node, subject and time range.
 #[utoipa::path(get, path = "/api/v1/clusters/{cluster}/events", tag = "events",
     params(("cluster" = String, Path, description = "Cluster name"), EventsQuery),
-    responses((status = 200, body = EventPage), (status = 400, body = super::ErrorBody),
-              (status = 404, body = super::ErrorBody)))]
+    responses((status = 200, body = EventPage), (status = 400, body = ErrorBody),
+              (status = 404, body = ErrorBody)))]
 pub async fn list(
     state: web::Data<AppState>,
     req: HttpRequest,
     cluster: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let query: EventsQuery = super::query(&req)?;
+    let query: EventsQuery = query(&req)?;
     let filter = EventFilter {
         kinds: kinds_filter(&query.kind, &query.category)?,
         node: query.node,
@@ -147,9 +151,11 @@ pub async fn list(
     };
     let cluster = find_cluster(&state, &cluster).await?;
     let rows = state.store.events(cluster.id, &filter).await?;
-    let next_cursor = (rows.len() as i64 == filter.limit)
-        .then(|| rows.last().map(|r| super::cursor_after(r.at_ms, r.id)))
-        .flatten();
+    let next_cursor = next_cursor(
+        rows.len(),
+        filter.limit,
+        rows.last().map(|r| (r.at_ms, r.id)),
+    );
     Ok(HttpResponse::Ok().json(EventPage {
         events: rows.into_iter().map(Into::into).collect(),
         next_cursor,

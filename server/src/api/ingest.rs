@@ -16,9 +16,10 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use futures_util::StreamExt;
 use troupe_protocol::{EventBody, IngestAck, PROTOCOL_VERSION, ReportBatch};
 
-use super::{ApiError, now_ms};
-use crate::app::AppState;
+use crate::error::{ApiError, ErrorBody};
 use crate::metrics::{Item, Outcome};
+use crate::state::AppState;
+use crate::time::now_ms;
 
 /// Stores a report batch from an agent.
 #[utoipa::path(
@@ -28,10 +29,10 @@ use crate::metrics::{Item, Outcome};
     request_body(content = Object, description = "A `ReportBatch` (see docs/control-plane.md)", content_type = "application/json"),
     responses(
         (status = 200, description = "Stored, or stored before (`duplicate`)", body = Object),
-        (status = 400, description = "Malformed batch; nothing stored", body = super::ErrorBody),
-        (status = 401, description = "Missing or wrong bearer token", body = super::ErrorBody),
-        (status = 413, description = "Body larger than --max-body-bytes", body = super::ErrorBody),
-        (status = 503, description = "Store unavailable; retry", body = super::ErrorBody),
+        (status = 400, description = "Malformed batch; nothing stored", body = ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 413, description = "Body larger than --max-body-bytes", body = ErrorBody),
+        (status = 503, description = "Store unavailable; retry", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]

@@ -13,10 +13,13 @@ use serde::{Deserialize, Serialize};
 use troupe_protocol::OperationKind;
 use utoipa::ToSchema;
 
+use super::clusters::find_cluster;
 use super::nodes::NodeDto;
-use super::{ApiError, datetime, find_cluster, now_ms, string_list};
-use crate::app::AppState;
-use crate::store::MemberRow;
+use crate::error::{ApiError, ErrorBody};
+use crate::request::query;
+use crate::state::AppState;
+use crate::store::{MemberRow, string_list};
+use crate::time::{datetime, now_ms};
 
 /// A member.
 #[derive(Debug, Serialize, ToSchema)]
@@ -125,13 +128,13 @@ async fn load(
 /// The members of a cluster as last reported.
 #[utoipa::path(get, path = "/api/v1/clusters/{cluster}/members", tag = "members",
     params(("cluster" = String, Path, description = "Cluster name"), MembersQuery),
-    responses((status = 200, body = MembersDto), (status = 404, body = super::ErrorBody)))]
+    responses((status = 200, body = MembersDto), (status = 404, body = ErrorBody)))]
 pub async fn list(
     state: web::Data<AppState>,
     req: HttpRequest,
     cluster: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let query: MembersQuery = super::query(&req)?;
+    let query: MembersQuery = query(&req)?;
     let (members, _) = load(&state, &cluster, query.include_removed).await?;
     Ok(HttpResponse::Ok().json(members))
 }
@@ -140,7 +143,7 @@ pub async fn list(
 #[utoipa::path(get, path = "/api/v1/clusters/{cluster}/members/{address}", tag = "members",
     params(("cluster" = String, Path, description = "Cluster name"),
            ("address" = String, Path, description = "Member address, host:port")),
-    responses((status = 200, body = MemberDto), (status = 404, body = super::ErrorBody)))]
+    responses((status = 200, body = MemberDto), (status = 404, body = ErrorBody)))]
 pub async fn one(
     state: web::Data<AppState>,
     path: web::Path<(String, String)>,
@@ -221,8 +224,8 @@ async fn queue(
            ("address" = String, Path, description = "Member address, host:port")),
     request_body(content = OperationRequest, content_type = "application/x-www-form-urlencoded"),
     responses((status = 202, body = OperationAccepted),
-              (status = 400, body = super::ErrorBody), (status = 401, body = super::ErrorBody),
-              (status = 403, body = super::ErrorBody), (status = 404, body = super::ErrorBody)),
+              (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+              (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn operate(
     state: web::Data<AppState>,
@@ -256,8 +259,8 @@ pub async fn operate(
 #[utoipa::path(delete, path = "/api/v1/clusters/{cluster}/members/{address}", tag = "members",
     params(("cluster" = String, Path, description = "Cluster name"),
            ("address" = String, Path, description = "Member address, host:port")),
-    responses((status = 202, body = OperationAccepted), (status = 401, body = super::ErrorBody),
-              (status = 403, body = super::ErrorBody), (status = 404, body = super::ErrorBody)),
+    responses((status = 202, body = OperationAccepted), (status = 401, body = ErrorBody),
+              (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn leave(
     state: web::Data<AppState>,

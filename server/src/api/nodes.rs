@@ -5,9 +5,11 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::{ApiError, datetime, find_cluster};
-use crate::app::AppState;
+use super::clusters::find_cluster;
+use crate::error::{ApiError, ErrorBody};
+use crate::state::AppState;
 use crate::store::AgentRow;
+use crate::time::datetime;
 
 /// Items an agent dropped since it started, by kind.
 #[derive(Debug, Clone, Copy, Serialize, ToSchema)]
@@ -75,7 +77,7 @@ impl From<AgentRow> for NodeDto {
 /// Every agent incarnation of a cluster, by address, newest incarnation first.
 #[utoipa::path(get, path = "/api/v1/clusters/{cluster}/nodes", tag = "nodes",
     params(("cluster" = String, Path, description = "Cluster name")),
-    responses((status = 200, body = [NodeDto]), (status = 404, body = super::ErrorBody)))]
+    responses((status = 200, body = [NodeDto]), (status = 404, body = ErrorBody)))]
 pub async fn list(
     state: web::Data<AppState>,
     cluster: web::Path<String>,

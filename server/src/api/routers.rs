@@ -14,9 +14,12 @@ use serde::{Deserialize, Serialize};
 use troupe_protocol::DepthSample;
 use utoipa::ToSchema;
 
-use super::{ApiError, datetime, find_cluster, now_ms, parse_time, string_list};
-use crate::app::AppState;
-use crate::store::{DepthTickRow, RouterRow};
+use super::clusters::find_cluster;
+use crate::error::{ApiError, ErrorBody};
+use crate::request::query;
+use crate::state::AppState;
+use crate::store::{DepthTickRow, RouterRow, string_list};
+use crate::time::{datetime, now_ms, parse_time};
 
 /// Most ticks one depth query reads.
 const MAX_TICKS: i64 = 200_000;
@@ -56,7 +59,7 @@ impl From<RouterRow> for RouterDto {
 /// A cluster's routers with their routees.
 #[utoipa::path(get, path = "/api/v1/clusters/{cluster}/routers", tag = "routers",
     params(("cluster" = String, Path, description = "Cluster name")),
-    responses((status = 200, body = [RouterDto]), (status = 404, body = super::ErrorBody)))]
+    responses((status = 200, body = [RouterDto]), (status = 404, body = ErrorBody)))]
 pub async fn list(
     state: web::Data<AppState>,
     cluster: web::Path<String>,
@@ -201,14 +204,14 @@ pub(crate) fn bucket(
 /// Mailbox depth of a router's routees (or one actor) over a time range, per node, bucketed.
 #[utoipa::path(get, path = "/api/v1/clusters/{cluster}/routers/depth", tag = "routers",
     params(("cluster" = String, Path, description = "Cluster name"), DepthQuery),
-    responses((status = 200, body = DepthSeries), (status = 400, body = super::ErrorBody),
-              (status = 404, body = super::ErrorBody)))]
+    responses((status = 200, body = DepthSeries), (status = 400, body = ErrorBody),
+              (status = 404, body = ErrorBody)))]
 pub async fn depth(
     state: web::Data<AppState>,
     req: HttpRequest,
     cluster: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let query: DepthQuery = super::query(&req)?;
+    let query: DepthQuery = query(&req)?;
     let target = match (&query.router, &query.path) {
         (Some(router), None) => DepthTarget::Router(router),
         (None, Some(path)) => DepthTarget::Path(path),

@@ -7,10 +7,14 @@ use serde::{Deserialize, Serialize};
 use troupe_protocol::{EventCategory, EventKind};
 use utoipa::ToSchema;
 
+use super::clusters::find_cluster;
 use super::events::EventDto;
-use super::{ApiError, datetime, find_cluster, page_size};
-use crate::app::AppState;
+use crate::error::{ApiError, ErrorBody};
+use crate::paging::page_size;
+use crate::request::query;
+use crate::state::AppState;
 use crate::store::{EventFilter, SingletonRow};
+use crate::time::datetime;
 
 /// A singleton's current state.
 #[derive(Debug, Serialize, ToSchema)]
@@ -63,7 +67,7 @@ pub struct HistoryQuery {
 /// A cluster's singletons with their current host and lease.
 #[utoipa::path(get, path = "/api/v1/clusters/{cluster}/singletons", tag = "singletons",
     params(("cluster" = String, Path, description = "Cluster name")),
-    responses((status = 200, body = [SingletonDto]), (status = 404, body = super::ErrorBody)))]
+    responses((status = 200, body = [SingletonDto]), (status = 404, body = ErrorBody)))]
 pub async fn list(
     state: web::Data<AppState>,
     cluster: web::Path<String>,
@@ -83,14 +87,14 @@ pub async fn list(
 #[utoipa::path(get, path = "/api/v1/clusters/{cluster}/singletons/{name}", tag = "singletons",
     params(("cluster" = String, Path, description = "Cluster name"),
            ("name" = String, Path, description = "Singleton name"), HistoryQuery),
-    responses((status = 200, body = SingletonDetail), (status = 404, body = super::ErrorBody)))]
+    responses((status = 200, body = SingletonDetail), (status = 404, body = ErrorBody)))]
 pub async fn one(
     state: web::Data<AppState>,
     req: HttpRequest,
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
     let (cluster, name) = path.into_inner();
-    let query: HistoryQuery = super::query(&req)?;
+    let query: HistoryQuery = query(&req)?;
     let cluster = find_cluster(&state, &cluster).await?;
     let singleton = state
         .store

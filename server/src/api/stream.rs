@@ -14,8 +14,10 @@ use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
 use troupe_protocol::EventKind;
 
-use super::ApiError;
-use crate::app::AppState;
+use crate::error::{ApiError, ErrorBody};
+use crate::metrics::Metrics;
+use crate::request::query;
+use crate::state::AppState;
 
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
@@ -33,12 +35,12 @@ pub struct StreamQuery {
 /// Streams events as they are stored.
 #[utoipa::path(get, path = "/api/v1/events/stream", tag = "events", params(StreamQuery),
     responses((status = 200, description = "text/event-stream", content_type = "text/event-stream", body = String),
-              (status = 400, body = super::ErrorBody)))]
+              (status = 400, body = ErrorBody)))]
 pub async fn stream(
     state: web::Data<AppState>,
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
-    let query: StreamQuery = super::query(&req)?;
+    let query: StreamQuery = query(&req)?;
     let kinds = query
         .kinds
         .iter()
@@ -99,7 +101,7 @@ pub async fn stream(
 }
 
 /// Counts the stream in `troupe_event_stream_clients` while it lives.
-struct ClientGuard(std::sync::Arc<crate::metrics::Metrics>);
+struct ClientGuard(std::sync::Arc<Metrics>);
 
 impl std::fmt::Debug for ClientGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

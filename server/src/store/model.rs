@@ -188,3 +188,10 @@ pub struct IngestOutcome {
     /// Operations waiting for this agent's cluster, now marked delivered.
     pub operations: Vec<troupe_protocol::MemberOperation>,
 }
+
+/// A JSON text column holding a list of strings (roles, observers, routees) as a list; empty
+/// when malformed.
+#[must_use]
+pub fn string_list(json: &str) -> Vec<String> {
+    serde_json::from_str(json).unwrap_or_default()
+}

@@ -3,9 +3,11 @@
 use sqlx::PgPool;
 use troupe_protocol::ReportBatch;
 
+use super::error::StoreError;
+use super::ingest::{apply_state_changes, begin_batch, take_operations};
+use super::model::IngestOutcome;
 use super::rows::BatchRows;
 use super::state::state_changes;
-use super::{IngestOutcome, StoreError, apply_state_changes, begin_batch, take_operations};
 
 const INSERT_EVENTS: &str = "\
 INSERT INTO events (cluster_id, agent_id, at_ms, kind, subject, detail)

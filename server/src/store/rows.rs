@@ -2,7 +2,8 @@
 
 use troupe_protocol::{EventBody, MemberOperation, ReportBatch};
 
-use super::{IngestOutcome, StoreError};
+use super::error::StoreError;
+use super::model::IngestOutcome;
 
 #[derive(Debug, Default)]
 pub(super) struct EventColumns {

@@ -214,3 +214,9 @@ pub(crate) const RETENTION: [&str; 5] = [
         (SELECT b.agent_id, b.sequence FROM batches b JOIN agents a ON a.id = b.agent_id
          WHERE a.cluster_id = $3 AND b.received_ms < $1 LIMIT $2)",
 ];
+
+// --- readiness ---
+
+/// The migrations applied successfully (sqlx's bookkeeping table).
+pub(crate) const APPLIED_MIGRATIONS: &str =
+    "SELECT version FROM _sqlx_migrations WHERE success = TRUE";

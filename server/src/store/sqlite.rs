@@ -4,10 +4,12 @@
 use sqlx::SqlitePool;
 use troupe_protocol::ReportBatch;
 
+use super::error::StoreError;
+use super::ingest::{apply_state_changes, begin_batch, take_operations};
+use super::model::IngestOutcome;
 use super::rows::BatchRows;
 use super::sql;
 use super::state::state_changes;
-use super::{IngestOutcome, StoreError, apply_state_changes, begin_batch, take_operations};
 
 pub(super) async fn ingest(
     pool: &SqlitePool,

@@ -11,8 +11,8 @@ use troupe_web::chart::Chart;
 use troupe_web::format::{TimeText, count, href};
 use troupe_web::pages::{Choice, DeadLetterView, DeadLettersPage, Section};
 
-use super::{Context, UiError};
-use crate::app::AppState;
+use super::page::{self, Context, UiError};
+use crate::state::AppState;
 use crate::store::{DeadLetterFilter, DeadLetterRow};
 
 /// Rows shown.
@@ -59,9 +59,9 @@ fn rebucket(minutes: &[(i64, i64)], since_ms: i64, bucket_ms: i64) -> Vec<(i64, 
 }
 
 async fn build(state: &AppState, req: &HttpRequest) -> Result<DeadLettersPage, UiError> {
-    let query: DeadLettersQuery = super::query(req)?;
+    let query: DeadLettersQuery = page::query(req)?;
     let ctx = Context::load(state, query.cluster.as_deref()).await?;
-    let (range, range_ms) = super::range_ms(query.range.as_deref())?;
+    let (range, range_ms) = page::range_ms(query.range.as_deref())?;
     let q = query.q.clone().unwrap_or_default();
     let recipient = query.recipient.clone().unwrap_or_default();
     let message_type = query.message_type.clone().unwrap_or_default();
@@ -75,7 +75,7 @@ async fn build(state: &AppState, req: &HttpRequest) -> Result<DeadLettersPage, U
         q: q.clone(),
         recipient: recipient.clone(),
         message_type: message_type.clone(),
-        ranges: Choice::list(super::RANGES, &range),
+        ranges: Choice::list(page::RANGES, &range),
         chart: Chart::bars(since_ms, until_ms, bucket_ms, "dead letters", &[]),
         total: "0".to_owned(),
         rows: Vec::new(),
@@ -145,7 +145,7 @@ async fn build(state: &AppState, req: &HttpRequest) -> Result<DeadLettersPage, U
 
 /// `GET /ui/dead-letters`.
 pub(crate) async fn page(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
-    super::respond(build(&state, &req).await)
+    page::respond(build(&state, &req).await)
 }
 
 #[cfg(test)]

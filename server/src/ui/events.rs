@@ -4,7 +4,7 @@ use troupe_protocol::EventBody;
 use troupe_web::format::{TimeText, duration, href};
 use troupe_web::pages::{EventView, Section};
 
-use super::Context;
+use super::page::Context;
 use crate::store::EventRow;
 
 /// Badge class of an event kind.

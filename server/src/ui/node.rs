@@ -7,9 +7,10 @@ use troupe_web::chart::Chart;
 use troupe_web::format::{TimeText, age, count, href};
 use troupe_web::pages::{DropView, IncarnationView, NodePage, Section, health_class};
 
+use super::page::{self, Context, UiError};
 use super::routers::{BUCKETS, RANGE_MS, Series, chart_ticks, deepest, series_by};
-use super::{Context, UiError, events, overview};
-use crate::app::AppState;
+use super::{events, overview};
+use crate::state::AppState;
 use crate::store::EventFilter;
 
 /// Events per table.
@@ -26,7 +27,7 @@ struct NodeQuery {
 }
 
 async fn build(state: &AppState, req: &HttpRequest) -> Result<NodePage, UiError> {
-    let query: NodeQuery = super::query(req)?;
+    let query: NodeQuery = page::query(req)?;
     let node = query
         .node
         .filter(|n| !n.is_empty())
@@ -150,5 +151,5 @@ async fn build(state: &AppState, req: &HttpRequest) -> Result<NodePage, UiError>
 
 /// `GET /ui/node`.
 pub(crate) async fn page(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
-    super::respond(build(&state, &req).await)
+    page::respond(build(&state, &req).await)
 }

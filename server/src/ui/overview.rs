@@ -7,10 +7,9 @@ use troupe_web::pages::{
     ClusterView, MemberView, OverviewPage, Section, health_class, status_class,
 };
 
-use super::{Context, UiError};
-use crate::api::string_list;
-use crate::app::AppState;
-use crate::store::{AgentRow, ClusterRow, DeadLetterFilter, MemberRow};
+use super::page::{self, Context, UiError};
+use crate::state::AppState;
+use crate::store::{AgentRow, ClusterRow, DeadLetterFilter, MemberRow, string_list};
 
 /// Clusters shown at most (by name).
 const MAX_CLUSTERS: usize = 20;
@@ -137,7 +136,7 @@ async fn cluster_view(
 }
 
 async fn build(state: &AppState, req: &HttpRequest) -> Result<OverviewPage, UiError> {
-    let query: OverviewQuery = super::query(req)?;
+    let query: OverviewQuery = page::query(req)?;
     let ctx = Context::load(state, query.cluster.as_deref()).await?;
     // The cluster asked for first, then the others by name.
     let mut shown: Vec<&ClusterRow> = ctx.cluster.iter().collect();
@@ -158,5 +157,5 @@ async fn build(state: &AppState, req: &HttpRequest) -> Result<OverviewPage, UiEr
 
 /// `GET /ui/`.
 pub(crate) async fn page(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
-    super::respond(build(&state, &req).await)
+    page::respond(build(&state, &req).await)
 }

@@ -10,9 +10,9 @@ use troupe_web::chart::Chart;
 use troupe_web::format::TimeText;
 use troupe_web::pages::{MailboxView, NodeLink, RouterView, RoutersPage, Section};
 
-use super::{Context, UiError};
-use crate::api::string_list;
-use crate::app::AppState;
+use super::page::{self, Context, UiError};
+use crate::state::AppState;
+use crate::store::string_list;
 
 /// Routers shown at most.
 const MAX_ROUTERS: usize = 50;
@@ -193,7 +193,7 @@ pub(crate) async fn deepest(
 }
 
 async fn build(state: &AppState, req: &HttpRequest) -> Result<RoutersPage, UiError> {
-    let query: RoutersQuery = super::query(req)?;
+    let query: RoutersQuery = page::query(req)?;
     let ctx = Context::load(state, query.cluster.as_deref()).await?;
     let mut page = RoutersPage {
         layout: ctx.layout(Section::Routers, "Routers & mailboxes"),
@@ -237,7 +237,7 @@ async fn build(state: &AppState, req: &HttpRequest) -> Result<RoutersPage, UiErr
 
 /// `GET /ui/routers`.
 pub(crate) async fn page(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
-    super::respond(build(&state, &req).await)
+    page::respond(build(&state, &req).await)
 }
 
 #[cfg(test)]

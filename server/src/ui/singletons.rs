@@ -9,8 +9,9 @@ use troupe_protocol::{EventBody, EventCategory, EventKind};
 use troupe_web::format::{TimeText, clock_seconds, duration, href};
 use troupe_web::pages::{HistoryView, Section, SingletonView, SingletonsPage};
 
-use super::{Context, UiError, events};
-use crate::app::AppState;
+use super::events;
+use super::page::{self, Context, UiError};
+use crate::state::AppState;
 use crate::store::EventFilter;
 
 /// Singletons shown at most.
@@ -67,7 +68,7 @@ fn singleton_kinds() -> Vec<String> {
 }
 
 async fn build(state: &AppState, req: &HttpRequest) -> Result<SingletonsPage, UiError> {
-    let query: SingletonsQuery = super::query(req)?;
+    let query: SingletonsQuery = page::query(req)?;
     let ctx = Context::load(state, query.cluster.as_deref()).await?;
     let mut page = SingletonsPage {
         layout: ctx.layout(Section::Singletons, "Singletons"),
@@ -205,7 +206,7 @@ async fn build(state: &AppState, req: &HttpRequest) -> Result<SingletonsPage, Ui
 
 /// `GET /ui/singletons`.
 pub(crate) async fn page(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
-    super::respond(build(&state, &req).await)
+    page::respond(build(&state, &req).await)
 }
 
 #[cfg(test)]

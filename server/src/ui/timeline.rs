@@ -8,8 +8,9 @@ use troupe_web::chart::{Lifetimes, MembershipPoint, Phase};
 use troupe_web::format::TimeText;
 use troupe_web::pages::{Choice, Section, TimelinePage};
 
-use super::{Context, UiError, events};
-use crate::app::AppState;
+use super::events;
+use super::page::{self, Context, UiError};
+use crate::state::AppState;
 use crate::store::EventFilter;
 
 /// Rows of the event table.
@@ -71,9 +72,9 @@ fn kind_choices(current: &str) -> Vec<Choice> {
 }
 
 async fn build(state: &AppState, req: &HttpRequest) -> Result<TimelinePage, UiError> {
-    let query: TimelineQuery = super::query(req)?;
+    let query: TimelineQuery = page::query(req)?;
     let ctx = Context::load(state, query.cluster.as_deref()).await?;
-    let (range, range_ms) = super::range_ms(query.range.as_deref())?;
+    let (range, range_ms) = page::range_ms(query.range.as_deref())?;
     let kind = query.kind.clone().unwrap_or_default();
     let node = query.node.clone().unwrap_or_default();
     let subject = query.subject.clone().unwrap_or_default();
@@ -81,7 +82,7 @@ async fn build(state: &AppState, req: &HttpRequest) -> Result<TimelinePage, UiEr
     let since_ms = until_ms - range_ms;
     let mut page = TimelinePage {
         layout: ctx.layout(Section::Timeline, "Timeline"),
-        ranges: Choice::list(super::RANGES, &range),
+        ranges: Choice::list(page::RANGES, &range),
         kinds: kind_choices(&kind),
         node: node.clone(),
         subject: subject.clone(),
@@ -161,7 +162,7 @@ async fn build(state: &AppState, req: &HttpRequest) -> Result<TimelinePage, UiEr
 
 /// `GET /ui/timeline`.
 pub(crate) async fn page(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
-    super::respond(build(&state, &req).await)
+    page::respond(build(&state, &req).await)
 }
 
 #[cfg(test)]

@@ -1,0 +1,338 @@
+//! `/api/v1/coordination/{claims,hosts,directory}…`: the actor directory over HTTP (claim,
+//! look up, release, evict a host, snapshot, and a long-poll watch of changes).
+
+use std::time::Duration;
+
+use actix_web::http::header::{HeaderName, HeaderValue};
+use actix_web::{HttpRequest, HttpResponse, ResponseError, web};
+use serde::{Deserialize, Serialize};
+use troupe::directory::{
+    Claim, ClaimOutcome, DirectoryChange, DirectoryError, DirectoryEvent, Revision,
+};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::error::{ApiError, ErrorBody};
+use crate::request::{json_body, query_expecting};
+use crate::state::AppState;
+
+/// Longest a watch long-poll waits for a change.
+pub const MAX_WATCH_WAIT_MS: u64 = 60_000;
+/// Wait of a watch long-poll that asks for none.
+pub const DEFAULT_WATCH_WAIT_MS: u64 = 10_000;
+/// Most events one watch answer carries.
+pub const MAX_WATCH_EVENTS: usize = 1_000;
+/// The header a 410 watch answer carries.
+pub const OLDEST_REVISION_HEADER: &str = "x-troupe-oldest-revision";
+
+/// Claim an actor for a host.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimRequest {
+    /// The claiming host.
+    pub host: String,
+}
+
+/// One actor's owner.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ClaimDto {
+    /// The actor id.
+    pub actor: String,
+    /// The owning host.
+    pub host: String,
+    /// The revision that created the claim.
+    pub revision: u64,
+}
+
+impl From<Claim> for ClaimDto {
+    fn from(claim: Claim) -> Self {
+        Self {
+            actor: claim.actor,
+            host: claim.host,
+            revision: claim.revision.0,
+        }
+    }
+}
+
+/// The answer to a claim.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ClaimOutcomeDto {
+    /// Whether the claimant owns the actor now.
+    pub won: bool,
+    /// The claim in force.
+    pub claim: ClaimDto,
+}
+
+/// A lookup.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct LookupDto {
+    /// The claim, when the actor is claimed.
+    pub claim: Option<ClaimDto>,
+}
+
+/// Whether a release removed the claim.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ClaimReleasedDto {
+    /// `false` (and nothing changed) when the host did not own the actor.
+    pub released: bool,
+}
+
+/// The actors an eviction released.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct EvictedDto {
+    /// Their ids.
+    pub released: Vec<String>,
+}
+
+/// Every claim at one revision.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SnapshotDto {
+    /// The claims.
+    pub claims: Vec<ClaimDto>,
+    /// The revision they are current at; watch after it.
+    pub revision: u64,
+}
+
+/// One change of the directory.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct DirectoryEventDto {
+    /// When it took effect.
+    pub revision: u64,
+    /// `claimed` or `released`.
+    pub kind: String,
+    /// The actor id.
+    pub actor: String,
+    /// The new owner (claimed) or the former one (released).
+    pub host: String,
+}
+
+impl From<DirectoryEvent> for DirectoryEventDto {
+    fn from(event: DirectoryEvent) -> Self {
+        let (kind, actor, host) = match event.change {
+            DirectoryChange::Claimed { actor, host } => ("claimed", actor, host),
+            DirectoryChange::Released { actor, host } => ("released", actor, host),
+        };
+        Self {
+            revision: event.revision.0,
+            kind: kind.to_owned(),
+            actor,
+            host,
+        }
+    }
+}
+
+/// The changes a watch poll returns.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct WatchDto {
+    /// In revision order; empty when none came within the wait.
+    pub events: Vec<DirectoryEventDto>,
+}
+
+/// `?host=`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct HostQuery {
+    /// The host whose claim to remove.
+    pub host: String,
+}
+
+/// `?after=&wait_ms=`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct WatchQuery {
+    /// Changes after this revision.
+    pub after: u64,
+    /// Milliseconds to wait for a first change (default 10000, at most 60000).
+    pub wait_ms: Option<u64>,
+}
+
+fn directory_error(error: DirectoryError) -> ApiError {
+    match error {
+        DirectoryError::Invalid(_) => ApiError::BadRequest(error.to_string()),
+        DirectoryError::Unavailable(_) => ApiError::Unavailable(error.to_string()),
+        DirectoryError::Compacted { .. } => ApiError::Gone(error.to_string()),
+        other => ApiError::BadGateway(other.to_string()),
+    }
+}
+
+/// Claim `actor` for `host`; exactly one of concurrent claimants wins.
+#[utoipa::path(post, path = "/api/v1/coordination/claims/{actor}", tag = "coordination",
+    params(("actor" = String, Path, description = "Actor id")),
+    request_body = ClaimRequest,
+    responses((status = 200, body = ClaimOutcomeDto), (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn claim(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    actor: web::Path<String>,
+    bytes: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    let service = state.coordination_for(&req)?;
+    let request: ClaimRequest = json_body(&bytes, r#"{"host": string}"#)?;
+    let outcome = service
+        .directory()
+        .claim(&actor, &request.host)
+        .await
+        .map_err(directory_error)?;
+    let won = outcome.won();
+    let claim = match outcome {
+        ClaimOutcome::Claimed(c) | ClaimOutcome::Owned(c) => c,
+    };
+    Ok(HttpResponse::Ok().json(ClaimOutcomeDto {
+        won,
+        claim: claim.into(),
+    }))
+}
+
+/// The current claim of `actor`.
+#[utoipa::path(get, path = "/api/v1/coordination/claims/{actor}", tag = "coordination",
+    params(("actor" = String, Path, description = "Actor id")),
+    responses((status = 200, body = LookupDto), (status = 401, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn lookup(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    actor: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let service = state.coordination_for(&req)?;
+    let claim = service
+        .directory()
+        .lookup(&actor)
+        .await
+        .map_err(directory_error)?;
+    Ok(HttpResponse::Ok().json(LookupDto {
+        claim: claim.map(Into::into),
+    }))
+}
+
+/// Remove `host`'s claim of `actor`.
+#[utoipa::path(delete, path = "/api/v1/coordination/claims/{actor}", tag = "coordination",
+    params(("actor" = String, Path, description = "Actor id"), HostQuery),
+    responses((status = 200, body = ClaimReleasedDto), (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn unclaim(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    actor: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let service = state.coordination_for(&req)?;
+    let host: HostQuery = query_expecting(&req, "?host=<host>")?;
+    let released = service
+        .directory()
+        .release(&actor, &host.host)
+        .await
+        .map_err(directory_error)?;
+    Ok(HttpResponse::Ok().json(ClaimReleasedDto { released }))
+}
+
+/// Remove every claim of `host`.
+#[utoipa::path(post, path = "/api/v1/coordination/hosts/{host}/evict", tag = "coordination",
+    params(("host" = String, Path, description = "Host")),
+    responses((status = 200, body = EvictedDto), (status = 401, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn evict(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    host: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let service = state.coordination_for(&req)?;
+    let released = service
+        .directory()
+        .evict_host(&host)
+        .await
+        .map_err(directory_error)?;
+    Ok(HttpResponse::Ok().json(EvictedDto { released }))
+}
+
+/// Every claim and the revision it is current at.
+#[utoipa::path(get, path = "/api/v1/coordination/directory", tag = "coordination",
+    responses((status = 200, body = SnapshotDto), (status = 401, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn snapshot(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    let service = state.coordination_for(&req)?;
+    let snapshot = service
+        .directory()
+        .snapshot()
+        .await
+        .map_err(directory_error)?;
+    Ok(HttpResponse::Ok().json(SnapshotDto {
+        claims: snapshot.claims.into_iter().map(Into::into).collect(),
+        revision: snapshot.revision.0,
+    }))
+}
+
+/// Long-poll: the changes after revision `after`, in order, as soon as there is at least one
+/// (or none after `wait_ms`). 410 when that history is compacted: take a new snapshot.
+#[utoipa::path(get, path = "/api/v1/coordination/directory/watch", tag = "coordination",
+    params(WatchQuery),
+    responses((status = 200, body = WatchDto), (status = 400, body = ErrorBody),
+        (status = 410, body = ErrorBody), (status = 401, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn watch(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let service = state.coordination_for(&req)?;
+    let request: WatchQuery = query_expecting(
+        &req,
+        "?after=<revision>&wait_ms=<milliseconds, at most 60000> (wait_ms optional)",
+    )?;
+    let wait_ms = request.wait_ms.unwrap_or(DEFAULT_WATCH_WAIT_MS);
+    if wait_ms > MAX_WATCH_WAIT_MS {
+        return Err(ApiError::BadRequest(format!(
+            "wait_ms is {wait_ms}; at most {MAX_WATCH_WAIT_MS} is allowed"
+        )));
+    }
+    let mut watch = match service.directory().watch(Revision(request.after)).await {
+        Ok(watch) => watch,
+        Err(error) => return Ok(watch_error(error)),
+    };
+    let mut events = Vec::new();
+    let mut shutdown = state.shutdown.clone();
+    let first = tokio::select! {
+        first = tokio::time::timeout(Duration::from_millis(wait_ms), watch.next()) => first,
+        _ = shutdown.wait_for(|stop| *stop) => Ok(None),
+    };
+    match first {
+        Ok(Some(Ok(event))) => events.push(DirectoryEventDto::from(event)),
+        Ok(Some(Err(error))) => return Ok(watch_error(error)),
+        Ok(None) | Err(_) => {}
+    }
+    // Whatever follows at once goes in the same answer.
+    while !events.is_empty() && events.len() < MAX_WATCH_EVENTS {
+        match tokio::time::timeout(Duration::from_millis(20), watch.next()).await {
+            Ok(Some(Ok(event))) => events.push(DirectoryEventDto::from(event)),
+            Ok(Some(Err(_)) | None) | Err(_) => break,
+        }
+    }
+    Ok(HttpResponse::Ok().json(WatchDto { events }))
+}
+
+/// A watch failure; a compacted history answers 410 with the oldest revision still
+/// available in the [`OLDEST_REVISION_HEADER`] header.
+fn watch_error(error: DirectoryError) -> HttpResponse {
+    let oldest = match &error {
+        DirectoryError::Compacted { oldest, .. } => Some(oldest.0),
+        _ => None,
+    };
+    let mut response = directory_error(error).error_response();
+    if let Some(oldest) = oldest
+        && let Ok(value) = HeaderValue::from_str(&oldest.to_string())
+    {
+        response
+            .headers_mut()
+            .insert(HeaderName::from_static(OLDEST_REVISION_HEADER), value);
+    }
+    response
+}
+
+/// The routes, under `/api/v1`.
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/coordination/claims/{actor}", web::post().to(claim))
+        .route("/coordination/claims/{actor}", web::get().to(lookup))
+        .route("/coordination/claims/{actor}", web::delete().to(unclaim))
+        .route("/coordination/hosts/{host}/evict", web::post().to(evict))
+        .route("/coordination/directory", web::get().to(snapshot))
+        .route("/coordination/directory/watch", web::get().to(watch));
+}

@@ -1,0 +1,228 @@
+//! `/api/v1/coordination/leases/{name}…`: leases over HTTP for agents that should not hold
+//! etcd or database credentials (acquire, renew, release, show). The grants themselves are
+//! kept by the [`crate::coordination`] service; see there for their timing.
+
+use std::time::Duration;
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde::{Deserialize, Serialize};
+use troupe::lease::{FencingToken, LeaseError, LeaseSettings};
+use utoipa::ToSchema;
+
+use crate::coordination::{Acquisition, GrantError, HeldGrant};
+use crate::error::{ApiError, ErrorBody};
+use crate::request::json_body;
+use crate::state::AppState;
+
+/// Ask for a lease.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AcquireRequest {
+    /// Who acquires (typically the node's address).
+    pub owner: String,
+    /// Time to live of the grant, milliseconds.
+    pub ttl_ms: u64,
+    /// How often the client renews, milliseconds; at most a third of the TTL. Default: a
+    /// fifth of the TTL.
+    pub renew_interval_ms: Option<u64>,
+}
+
+/// Renew or release a grant.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GrantRequest {
+    /// The holder.
+    pub owner: String,
+    /// The grant's fencing token.
+    pub token: u64,
+}
+
+/// A grant, or a refusal.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct LeaseGrantDto {
+    /// Whether `owner` holds the lease.
+    pub granted: bool,
+    /// The asking owner (or, in `GET`, the holder).
+    pub owner: String,
+    /// The fencing token of the grant.
+    pub token: Option<u64>,
+    /// The grant's time to live, milliseconds.
+    pub ttl_ms: Option<u64>,
+    /// Milliseconds until the server releases the grant unless renewed.
+    pub expires_in_ms: Option<u64>,
+}
+
+impl From<HeldGrant> for LeaseGrantDto {
+    fn from(grant: HeldGrant) -> Self {
+        Self {
+            granted: true,
+            owner: grant.owner,
+            token: Some(grant.token.0),
+            ttl_ms: Some(grant.ttl.as_millis() as u64),
+            expires_in_ms: Some(grant.expires_in.as_millis() as u64),
+        }
+    }
+}
+
+impl LeaseGrantDto {
+    fn refused(owner: &str) -> Self {
+        Self {
+            granted: false,
+            owner: owner.to_owned(),
+            token: None,
+            ttl_ms: None,
+            expires_in_ms: None,
+        }
+    }
+}
+
+/// Whether a release ended a grant.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ReleasedDto {
+    /// `false` when the owner did not hold the lease with that token (nothing changed).
+    pub released: bool,
+}
+
+/// The grants of one lease made through this server.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct LeaseStateDto {
+    /// The lease's name.
+    pub name: String,
+    /// The coordination backend.
+    pub backend: String,
+    /// The current grant made through this server, if any (another replica's or a direct
+    /// backend user's grant is not shown).
+    pub holder: Option<LeaseGrantDto>,
+}
+
+fn lease_error(error: LeaseError) -> ApiError {
+    match error {
+        LeaseError::Settings { .. } => ApiError::BadRequest(error.to_string()),
+        LeaseError::Unavailable { .. } => ApiError::Unavailable(error.to_string()),
+        other => ApiError::BadGateway(other.to_string()),
+    }
+}
+
+fn grant_error(error: GrantError) -> ApiError {
+    match error {
+        GrantError::Backend(error) => lease_error(error),
+        not_held @ GrantError::NotHeld { .. } => ApiError::Conflict(not_held.to_string()),
+    }
+}
+
+fn name_ok(what: &str, value: &str) -> Result<(), ApiError> {
+    troupe::directory::validate_name(what, value).map_err(|e| ApiError::BadRequest(e.to_string()))
+}
+
+/// Acquire lease `name` for `owner`: `granted` and a fencing token, or `granted: false` when
+/// another owner holds it. Acquiring again while holding extends the grant.
+#[utoipa::path(post, path = "/api/v1/coordination/leases/{name}/acquire", tag = "coordination",
+    params(("name" = String, Path, description = "Lease name")),
+    request_body = AcquireRequest,
+    responses((status = 200, body = LeaseGrantDto), (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn acquire(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    name: web::Path<String>,
+    bytes: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    let service = state.coordination_for(&req)?;
+    let request: AcquireRequest = json_body(
+        &bytes,
+        r#"{"owner": string, "ttl_ms": integer, "renew_interval_ms": integer (optional)}"#,
+    )?;
+    name_ok("lease name", &name)?;
+    name_ok("owner", &request.owner)?;
+    let ttl = Duration::from_millis(request.ttl_ms);
+    let renew = Duration::from_millis(request.renew_interval_ms.unwrap_or(request.ttl_ms / 5));
+    let settings = LeaseSettings::new(ttl, renew)
+        .map_err(|e| ApiError::BadRequest(format!("ttl_ms/renew_interval_ms: {e}")))?;
+    let grant = match service
+        .acquire(&name, &request.owner, settings)
+        .await
+        .map_err(grant_error)?
+    {
+        Acquisition::Granted(grant) => LeaseGrantDto::from(grant),
+        Acquisition::Refused => LeaseGrantDto::refused(&request.owner),
+    };
+    Ok(HttpResponse::Ok().json(grant))
+}
+
+/// Renew the grant `token` of `owner`; 409 when it is no longer held (lost: acquire again).
+#[utoipa::path(post, path = "/api/v1/coordination/leases/{name}/renew", tag = "coordination",
+    params(("name" = String, Path, description = "Lease name")),
+    request_body = GrantRequest,
+    responses((status = 200, body = LeaseGrantDto), (status = 400, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 401, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn renew(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    name: web::Path<String>,
+    bytes: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    let service = state.coordination_for(&req)?;
+    let request: GrantRequest = json_body(&bytes, r#"{"owner": string, "token": integer}"#)?;
+    let grant = service
+        .renew(&name, &request.owner, FencingToken(request.token))
+        .await
+        .map_err(grant_error)?;
+    Ok(HttpResponse::Ok().json(LeaseGrantDto::from(grant)))
+}
+
+/// Release the grant `token` of `owner`; `released: false` when it did not hold it.
+#[utoipa::path(post, path = "/api/v1/coordination/leases/{name}/release", tag = "coordination",
+    params(("name" = String, Path, description = "Lease name")),
+    request_body = GrantRequest,
+    responses((status = 200, body = ReleasedDto), (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn release(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    name: web::Path<String>,
+    bytes: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    let service = state.coordination_for(&req)?;
+    let request: GrantRequest = json_body(&bytes, r#"{"owner": string, "token": integer}"#)?;
+    let released = service
+        .release(&name, &request.owner, FencingToken(request.token))
+        .await
+        .map_err(grant_error)?;
+    Ok(HttpResponse::Ok().json(ReleasedDto { released }))
+}
+
+/// The grant of lease `name` made through this server, if any.
+#[utoipa::path(get, path = "/api/v1/coordination/leases/{name}", tag = "coordination",
+    params(("name" = String, Path, description = "Lease name")),
+    responses((status = 200, body = LeaseStateDto), (status = 401, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn lease(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    name: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let service = state.coordination_for(&req)?;
+    let holder = service.holders(&name).into_iter().next().map(Into::into);
+    Ok(HttpResponse::Ok().json(LeaseStateDto {
+        name: name.into_inner(),
+        backend: service.backend().to_owned(),
+        holder,
+    }))
+}
+
+/// The routes, under `/api/v1`.
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route(
+        "/coordination/leases/{name}/acquire",
+        web::post().to(acquire),
+    )
+    .route("/coordination/leases/{name}/renew", web::post().to(renew))
+    .route(
+        "/coordination/leases/{name}/release",
+        web::post().to(release),
+    )
+    .route("/coordination/leases/{name}", web::get().to(lease));
+}

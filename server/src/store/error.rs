@@ -1,0 +1,37 @@
+//! How the store fails.
+
+/// A failure of the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database answered with an error or could not be reached.
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    /// The migrations could not be applied.
+    #[error("applying migrations failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// Stored JSON text did not parse (a bug or a hand-edited row).
+    #[error("stored JSON is malformed: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+impl StoreError {
+    /// Whether this means the database is away for now (restarting, unreachable, out of
+    /// connections) rather than that the request or the data is wrong: such requests get 503
+    /// and a retry succeeds once it is back. SQLSTATE classes 08 (connection exception), 57P
+    /// (operator intervention: shutdown, crash shutdown, cannot connect now) and 53300 (too
+    /// many connections).
+    #[must_use]
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            Self::Database(
+                sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed,
+            ) => true,
+            Self::Database(sqlx::Error::Database(database)) => {
+                database.code().is_some_and(|code| {
+                    code.starts_with("08") || code.starts_with("57P") || code == "53300"
+                })
+            }
+            _ => false,
+        }
+    }
+}

@@ -1,0 +1,212 @@
+//! The steps of an ingest transaction both backends share, as macros: the SQL text is the same,
+//! the executor types differ, so each backend's `ingest` expands them over its own
+//! transaction.
+
+/// Runs the state changes of a batch inside transaction `$tx` (same SQL on both backends).
+macro_rules! apply_state_changes {
+    ($tx:expr, $cluster_id:expr, $agent_id:expr, $changes:expr) => {{
+        use crate::store::state::StateChange;
+        for change in $changes {
+            match change {
+                StateChange::MemberStatus {
+                    at_ms,
+                    address,
+                    uid,
+                    status,
+                    roles,
+                } => {
+                    sqlx::query(crate::store::sql::UPSERT_MEMBER_STATUS)
+                        .bind($cluster_id)
+                        .bind(address)
+                        .bind(uid)
+                        .bind(*status)
+                        .bind(roles)
+                        .bind(at_ms)
+                        .execute(&mut *$tx)
+                        .await?;
+                }
+                StateChange::Reachability {
+                    at_ms,
+                    address,
+                    uid,
+                    status,
+                    roles,
+                    reachable,
+                    observers,
+                } => {
+                    sqlx::query(crate::store::sql::UPSERT_MEMBER_REACHABILITY)
+                        .bind($cluster_id)
+                        .bind(address)
+                        .bind(uid)
+                        .bind(*status)
+                        .bind(roles)
+                        .bind(reachable)
+                        .bind(observers)
+                        .bind(at_ms)
+                        .execute(&mut *$tx)
+                        .await?;
+                }
+                StateChange::Leader { at_ms, leader } => {
+                    sqlx::query(crate::store::sql::UPDATE_LEADER)
+                        .bind($cluster_id)
+                        .bind(leader)
+                        .bind(at_ms)
+                        .execute(&mut *$tx)
+                        .await?;
+                }
+                StateChange::SingletonHosted {
+                    at_ms,
+                    singleton,
+                    role,
+                    host,
+                } => {
+                    sqlx::query(crate::store::sql::UPSERT_SINGLETON_HOST)
+                        .bind($cluster_id)
+                        .bind(singleton)
+                        .bind(role)
+                        .bind(host)
+                        .bind(at_ms)
+                        .execute(&mut *$tx)
+                        .await?;
+                }
+                StateChange::SingletonStopped {
+                    at_ms,
+                    singleton,
+                    role,
+                    host,
+                } => {
+                    sqlx::query(crate::store::sql::UPSERT_SINGLETON_STOPPED)
+                        .bind($cluster_id)
+                        .bind(singleton)
+                        .bind(role)
+                        .bind(host)
+                        .bind(at_ms)
+                        .execute(&mut *$tx)
+                        .await?;
+                }
+                StateChange::Lease {
+                    at_ms,
+                    singleton,
+                    role,
+                    lease,
+                    holder,
+                } => {
+                    sqlx::query(crate::store::sql::UPSERT_SINGLETON_LEASE)
+                        .bind($cluster_id)
+                        .bind(singleton)
+                        .bind(role)
+                        .bind(lease)
+                        .bind(holder)
+                        .bind(at_ms)
+                        .execute(&mut *$tx)
+                        .await?;
+                }
+                StateChange::Router {
+                    at_ms,
+                    path,
+                    strategy,
+                    role,
+                    routee_path,
+                    routees,
+                } => {
+                    sqlx::query(crate::store::sql::UPSERT_ROUTER)
+                        .bind($cluster_id)
+                        .bind(path)
+                        .bind(*strategy)
+                        .bind(role)
+                        .bind(routee_path)
+                        .bind(routees)
+                        .bind(at_ms)
+                        .execute(&mut *$tx)
+                        .await?;
+                }
+                StateChange::Health { at_ms, health } => {
+                    sqlx::query(crate::store::sql::UPDATE_HEALTH)
+                        .bind($agent_id)
+                        .bind(*health)
+                        .bind(at_ms)
+                        .execute(&mut *$tx)
+                        .await?;
+                }
+            }
+        }
+    }};
+}
+
+/// Begins the ingest transaction `$tx`: cluster (unless its id is known) and agent rows, then
+/// the batch marker. Evaluates to `(cluster_id, Some(agent_id))`, or `(cluster_id, None)` for a
+/// batch stored before.
+macro_rules! begin_batch {
+    ($tx:expr, $batch:expr, $received_ms:expr, $known_cluster:expr) => {{
+        let batch: &troupe_protocol::ReportBatch = $batch;
+        let id = &batch.identity;
+        let cluster_id: i64 = match $known_cluster {
+            Some(cluster_id) => cluster_id,
+            None => {
+                sqlx::query(crate::store::sql::INSERT_CLUSTER)
+                    .bind(&id.cluster)
+                    .bind($received_ms)
+                    .execute(&mut *$tx)
+                    .await?;
+                sqlx::query_scalar(crate::store::sql::CLUSTER_ID)
+                    .bind(&id.cluster)
+                    .fetch_one(&mut *$tx)
+                    .await?
+            }
+        };
+        let d = &batch.dropped;
+        let agent_id: i64 = sqlx::query_scalar(crate::store::sql::UPSERT_AGENT)
+            .bind(cluster_id)
+            .bind(&id.node)
+            .bind(id.incarnation as i64)
+            .bind(&id.meta.node)
+            .bind($received_ms)
+            .bind(batch.sent_at_ms)
+            .bind(batch.sequence as i64)
+            .bind(d.membership as i64)
+            .bind(d.singleton as i64)
+            .bind(d.router as i64)
+            .bind(d.dead_letters as i64)
+            .bind(d.health as i64)
+            .bind(d.depth_samples as i64)
+            .fetch_one(&mut *$tx)
+            .await?;
+        let items = (batch.events.len() + batch.depth_samples.len()) as i64;
+        let fresh = sqlx::query(crate::store::sql::INSERT_BATCH)
+            .bind(agent_id)
+            .bind(batch.sequence as i64)
+            .bind($received_ms)
+            .bind(items)
+            .execute(&mut *$tx)
+            .await?
+            .rows_affected();
+        (cluster_id, (fresh == 1).then_some(agent_id))
+    }};
+}
+
+/// Marks the operations waiting for cluster `$cluster_id` delivered and evaluates to them.
+macro_rules! take_operations {
+    ($tx:expr, $cluster_id:expr, $received_ms:expr) => {{
+        let rows: Vec<(i64, String, String)> = sqlx::query_as(crate::store::sql::TAKE_OPERATIONS)
+            .bind($cluster_id)
+            .bind($received_ms)
+            .fetch_all(&mut *$tx)
+            .await?;
+        rows.into_iter()
+            .filter_map(|(id, address, operation)| {
+                let operation = match operation.as_str() {
+                    "leave" => troupe_protocol::OperationKind::Leave,
+                    "down" => troupe_protocol::OperationKind::Down,
+                    _ => return None,
+                };
+                Some(troupe_protocol::MemberOperation {
+                    id,
+                    address,
+                    operation,
+                })
+            })
+            .collect::<Vec<_>>()
+    }};
+}
+
+pub(crate) use {apply_state_changes, begin_batch, take_operations};
