@@ -79,8 +79,19 @@ async fn start_restarted(agents: &mut [Process], ports: &[u16]) -> Duration {
     started.elapsed()
 }
 
-/// Stops the restarting member gracefully, then starts it again; returns the time to up.
-async fn restart(agents: &mut [Process], ports: &[u16]) -> Duration {
+/// Stops the restarting member gracefully (remembering the stopped incarnation), then starts
+/// it again; returns the time to up.
+async fn restart(
+    agents: &mut [Process],
+    ports: &[u16],
+    stopped: &mut Vec<serde_json::Value>,
+) -> Duration {
+    let me = agents[RESTARTED]
+        .wait_for(WAIT, "SelfUp of the member to restart", |l| {
+            l["event"] == "SelfUp"
+        })
+        .await;
+    stopped.push(me["member"]["incarnation"].clone());
     let status = agents[RESTARTED].terminate(WAIT).await;
     assert!(status.success(), "graceful leave exits 0, got {status}");
     start_restarted(agents, ports).await
@@ -131,7 +142,8 @@ async fn a_connection_flood_downs_no_member_and_a_restarted_member_rejoins_in_it
     }
 
     // The member's normal restart time, without a flood.
-    let normal = restart(&mut agents, &ports).await;
+    let mut stopped = Vec::new();
+    let normal = restart(&mut agents, &ports, &mut stopped).await;
     let pid = agents[FLOODED].id().expect("flooded agent runs");
     let before = sample(pid).expect("sample the flooded agent");
     let target = format!("127.0.0.1:{}", ports[FLOODED]).parse().unwrap();
@@ -150,7 +162,7 @@ async fn a_connection_flood_downs_no_member_and_a_restarted_member_rejoins_in_it
     };
     let steady_run = tokio::spawn(async move { steady.run().await });
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let during_steady = restart(&mut agents, &ports).await;
+    let during_steady = restart(&mut agents, &ports, &mut stopped).await;
     let steady: FloodReport = steady_run.await.unwrap();
 
     // A burst of 100,000, as fast as it goes, during which the member restarts again.
@@ -165,7 +177,7 @@ async fn a_connection_flood_downs_no_member_and_a_restarted_member_rejoins_in_it
     };
     let burst_run = tokio::spawn(async move { burst.run().await });
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let during_burst = restart(&mut agents, &ports).await;
+    let during_burst = restart(&mut agents, &ports, &mut stopped).await;
     let burst: FloodReport = burst_run.await.unwrap();
     // Long enough after the flood for an unreachable member to have been downed (5 s).
     tokio::time::sleep(Duration::from_secs(6)).await;
@@ -190,16 +202,28 @@ async fn a_connection_flood_downs_no_member_and_a_restarted_member_rejoins_in_it
         peak.rss_kib,
     );
 
-    // Nobody was downed, and every agent counts five up and none unreachable.
-    for agent in &mut agents {
+    // No running member was downed, and every agent counts five up and none unreachable. A
+    // member that left and came back at the same address may see its stopped incarnation
+    // downed by a node that had not yet seen it leave when the new one joined: that is the
+    // stopped process, not a healthy member; it is counted and printed.
+    let mut stopped_downed = 0;
+    for (i, agent) in agents.iter_mut().enumerate() {
         agent.drain();
-        let downs: Vec<_> = agent
+        let (of_stopped, healthy): (Vec<_>, Vec<_>) = agent
             .seen
             .iter()
             .filter(|l| l["event"] == "MemberDown")
-            .collect();
-        assert!(downs.is_empty(), "members downed: {downs:#?}");
+            .partition(|l| {
+                l["member"]["address"] == address(ports[RESTARTED])
+                    && stopped.contains(&l["member"]["incarnation"])
+            });
+        stopped_downed += of_stopped.len();
+        assert!(
+            healthy.is_empty(),
+            "agent {i} saw running members downed (ports {ports:?}, flooded {FLOODED}, restarted {RESTARTED}): {healthy:#?}"
+        );
     }
+    eprintln!("stopped incarnations downed (seen by any agent): {stopped_downed}");
     for (i, management) in managements.iter().enumerate() {
         if i == RESTARTED {
             continue;

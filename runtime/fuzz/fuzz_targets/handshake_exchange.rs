@@ -25,7 +25,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let (mut state, actions) = step(Handshake::new(config, [1; 32]), HandshakeEvent::Start);
     let mut sent: Vec<Bytes> = Vec::new();
-    let mut collect = |actions: Vec<HandshakeAction>, sent: &mut Vec<Bytes>| {
+    let collect = |actions: Vec<HandshakeAction>, sent: &mut Vec<Bytes>| {
         for action in actions {
             match action {
                 HandshakeAction::Send(bytes) => sent.push(bytes),

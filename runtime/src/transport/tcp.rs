@@ -594,7 +594,11 @@ impl WarnBudget {
             let intervals = u32::try_from(intervals).unwrap_or(u32::MAX);
             if intervals > 0 {
                 self.tokens = self.tokens.saturating_add(intervals).min(WARN_BURST);
-                self.refilled_at += LOG_INTERVAL * intervals.min(WARN_BURST);
+                self.refilled_at = if self.tokens == WARN_BURST {
+                    now
+                } else {
+                    self.refilled_at + LOG_INTERVAL * intervals
+                };
             }
         }
         if self.tokens == 0 {
