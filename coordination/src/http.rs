@@ -248,19 +248,23 @@ pub(crate) struct HttpLeaseStore {
 #[derive(Serialize)]
 struct AcquireBody<'a> {
     owner: &'a str,
+    #[serde(with = "troupe_protocol::wire::u64_string")]
     ttl_ms: u64,
+    #[serde(with = "troupe_protocol::wire::u64_string")]
     renew_interval_ms: u64,
 }
 
 #[derive(Serialize)]
 struct GrantBody<'a> {
     owner: &'a str,
+    #[serde(with = "troupe_protocol::wire::u64_string")]
     token: u64,
 }
 
 #[derive(Deserialize)]
 struct GrantAnswer {
     granted: bool,
+    #[serde(default, with = "troupe_protocol::wire::option_u64_string")]
     token: Option<u64>,
 }
 
@@ -413,6 +417,7 @@ impl std::fmt::Debug for HttpDirectory {
 struct ClaimAnswer {
     actor: String,
     host: String,
+    #[serde(with = "troupe_protocol::wire::u64_string")]
     revision: u64,
 }
 
@@ -445,11 +450,13 @@ struct EvictedAnswer {
 #[derive(Deserialize)]
 struct SnapshotAnswer {
     claims: Vec<ClaimAnswer>,
+    #[serde(with = "troupe_protocol::wire::u64_string")]
     revision: u64,
 }
 
 #[derive(Deserialize)]
 struct EventAnswer {
+    #[serde(with = "troupe_protocol::wire::u64_string")]
     revision: u64,
     kind: String,
     actor: String,

@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use troupe::directory::{Directory, DirectoryChange};
 use troupe::lease::{FencingToken, Lease, LeaseLostCallback, LeaseProvider, LeaseSettings};
 use troupe::remoting::RemoteMessage;
+use troupe::singleton::ClusterSingleton;
 use troupe::singleton::{SingletonKey, StartSingletonOptions};
 use troupe::testkit::SimCluster;
 use troupe::{Actor, ActorError, Context, Props};
@@ -156,10 +157,7 @@ async fn a_client_cut_off_past_the_ttl_stops_its_singleton_before_another_owner_
     .with_lease(guarded)
     .with_acquire_retry_interval(Duration::from_millis(500));
     let key = SingletonKey::of::<Job>("scheduler", None);
-    let proxy_ref = sim
-        .node(0)
-        .cluster
-        .singleton()
+    let proxy_ref = ClusterSingleton::get(&sim.node(0).cluster)
         .start(&key, options)
         .unwrap();
     proxy_ref.tell(Job::Tick);

@@ -11,6 +11,7 @@ use tokio::sync::{mpsc, watch};
 use troupe::ActorSystem;
 use troupe::cluster::{Cluster, ClusterEvent, ClusterNotification};
 use troupe::remoting::Remoting;
+use troupe::singleton::ClusterSingleton;
 use troupe::transport::SimNetwork;
 use troupe::{Address, UniqueAddress};
 use troupe_kubernetes::membership::lease_name;
@@ -383,8 +384,7 @@ async fn a_fenced_host_stops_the_singleton_it_hosted() {
     let counter = Arc::clone(&running);
     let key = troupe::singleton::SingletonKey::of::<Ping>("scheduler", None);
     let props = troupe::Props::new(move || Counted(Arc::clone(&counter)));
-    a.cluster
-        .singleton()
+    ClusterSingleton::get(&a.cluster)
         .start(&key, troupe::singleton::StartSingletonOptions::new(props))
         .unwrap();
     eventually("the singleton runs on a", Duration::from_secs(5), || {

@@ -32,6 +32,7 @@ use troupe::cluster_router::{
     ServingDepths,
 };
 use troupe::routing::RoutingStrategy;
+use troupe::singleton::ClusterSingleton;
 use troupe::singleton::{SingletonKey, SingletonProxy, StartError, StartSingletonOptions};
 use troupe::{ActorRef, Props, SpawnError};
 
@@ -117,9 +118,8 @@ pub fn start_with(cluster: &Cluster, settings: SchedulerSettings) -> Result<Demo
     let props = Props::new(move || {
         JobScheduler::new(for_scheduler.clone(), for_cluster.clone(), settings.clone())
     });
-    let scheduler = cluster
-        .singleton()
-        .start(&key, StartSingletonOptions::new(props))?;
+    let scheduler =
+        ClusterSingleton::get(cluster).start(&key, StartSingletonOptions::new(props))?;
     tracing::info!(
         node = %cluster.self_address(),
         "demo workload started: worker at {WORKER_PATH}, router at {ROUTER_PATH}, singleton {SCHEDULER}"

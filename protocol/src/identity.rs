@@ -11,6 +11,7 @@ pub struct AgentIdentity {
     /// The node's advertised address, `host:port`.
     pub node: String,
     /// A fresh number per process start, so a restarted agent is a new incarnation.
+    #[serde(with = "crate::wire::u64_string")]
     pub incarnation: u64,
     /// Where the agent runs.
     #[serde(default)]

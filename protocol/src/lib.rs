@@ -8,6 +8,11 @@
 //! Instants are Unix epoch milliseconds (`*_ms` fields, `i64`), durations are milliseconds
 //! (`duration_ms`, `u64`). Integers keep the hot ingest path free of date parsing.
 //!
+//! # 64-bit integers
+//! Every `u64` (incarnations, uids, sequences, counts, durations) is written as a decimal
+//! string and read from a string or a number (see [`wire`]): JavaScript and jq round numbers
+//! above 2^53. `i64` times stay JSON numbers (epoch milliseconds are far below 2^53).
+//!
 //! # Compatibility
 //! Optional fields and lists default when absent, so an older agent's report still parses;
 //! an unknown event `kind` is an error (the server answers 400 naming it) rather than data
@@ -21,6 +26,7 @@ mod membership;
 mod report;
 mod router;
 mod singleton;
+pub mod wire;
 
 pub use dead_letter::DeadLetterEvent;
 pub use event::{Event, EventBody, EventCategory, EventKind, UnknownEventKind};

@@ -62,6 +62,7 @@ pub struct MemberInfo {
     /// The member's address, `host:port`.
     pub address: String,
     /// The member's incarnation (Akka's `nodeUid`).
+    #[serde(with = "crate::wire::u64_string")]
     pub uid: u64,
     /// Its status after this event.
     pub status: MemberStatus,

@@ -21,6 +21,7 @@ pub struct ReportBatch {
     /// Who is reporting.
     pub identity: AgentIdentity,
     /// Per-incarnation batch number, starting at 1; a retry reuses its number.
+    #[serde(with = "crate::wire::u64_string")]
     pub sequence: u64,
     /// When the agent sent (first sent) this batch, Unix epoch milliseconds.
     pub sent_at_ms: i64,
@@ -60,22 +61,22 @@ pub struct DepthSample {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DroppedCounts {
     /// Membership events.
-    #[serde(default)]
+    #[serde(default, with = "crate::wire::u64_string")]
     pub membership: u64,
     /// Singleton events.
-    #[serde(default)]
+    #[serde(default, with = "crate::wire::u64_string")]
     pub singleton: u64,
     /// Router events.
-    #[serde(default)]
+    #[serde(default, with = "crate::wire::u64_string")]
     pub router: u64,
     /// Dead-letter events.
-    #[serde(default)]
+    #[serde(default, with = "crate::wire::u64_string")]
     pub dead_letters: u64,
     /// Health events.
-    #[serde(default)]
+    #[serde(default, with = "crate::wire::u64_string")]
     pub health: u64,
     /// Depth samples (dropped first when the buffer is full).
-    #[serde(default)]
+    #[serde(default, with = "crate::wire::u64_string")]
     pub depth_samples: u64,
 }
 
@@ -96,10 +97,12 @@ impl DroppedCounts {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IngestAck {
     /// The acknowledged batch's sequence.
+    #[serde(with = "crate::wire::u64_string")]
     pub sequence: u64,
     /// `true` when this batch had been stored before (a retry); nothing was written again.
     pub duplicate: bool,
     /// Events stored from this batch (0 for a duplicate).
+    #[serde(with = "crate::wire::u64_string")]
     pub stored_events: u64,
     /// Member operations an operator asked this agent to carry out.
     #[serde(default)]

@@ -46,6 +46,7 @@ pub struct HandOverCompleted {
     /// The node taking over.
     pub new_host: String,
     /// From the first request to the last acknowledgment.
+    #[serde(with = "crate::wire::u64_string")]
     pub duration_ms: u64,
 }
 
@@ -62,6 +63,7 @@ pub struct HandOverTimedOut {
     /// The peers that never acknowledged.
     pub silent_peers: Vec<String>,
     /// From the first request until it gave up waiting.
+    #[serde(with = "crate::wire::u64_string")]
     pub duration_ms: u64,
 }
 
@@ -77,7 +79,7 @@ pub struct SingletonInstance {
     /// The node running (or having run) the instance.
     pub host: String,
     /// For a restart: the backoff before the respawn.
-    #[serde(default)]
+    #[serde(default, with = "crate::wire::option_u64_string")]
     pub backoff_ms: Option<u64>,
     /// Why it stopped or restarted, when known.
     #[serde(default)]
@@ -112,5 +114,6 @@ pub struct SingletonMessages {
     #[serde(default)]
     pub role: Option<String>,
     /// How many messages.
+    #[serde(with = "crate::wire::u64_string")]
     pub count: u64,
 }

@@ -156,7 +156,7 @@ fn member_up_has_pinned_field_names() {
         json!({
             "at_ms": 5,
             "kind": "MemberUp",
-            "member": {"address": "10.0.0.1:2552", "uid": 42, "status": "weakly-up", "roles": ["worker"]},
+            "member": {"address": "10.0.0.1:2552", "uid": "42", "status": "weakly-up", "roles": ["worker"]},
             "previous_status": null,
             "observers": []
         })
@@ -212,9 +212,10 @@ fn report_batch_round_trips_with_pinned_field_names() {
     let json = serde_json::to_value(&batch).unwrap();
     assert_eq!(
         json["identity"],
-        json!({"cluster": "app", "node": "10.0.0.1:2552", "incarnation": 7, "meta": {"node": "k8s-node-1"}})
+        json!({"cluster": "app", "node": "10.0.0.1:2552", "incarnation": "7", "meta": {"node": "k8s-node-1"}})
     );
-    assert_eq!(json["dropped"]["depth_samples"], 4);
+    assert_eq!(json["sequence"], "3");
+    assert_eq!(json["dropped"]["depth_samples"], "4");
     assert_eq!(json["depth_samples"][0]["samples"][0]["depth"], 12);
     assert_eq!(json["events"][0]["kind"], "DeadLetter");
     assert_eq!(serde_json::from_value::<ReportBatch>(json).unwrap(), batch);
@@ -267,7 +268,29 @@ fn ack_and_operations_have_pinned_field_names() {
     };
     assert_eq!(
         serde_json::to_value(&ack).unwrap(),
-        json!({"sequence": 3, "duplicate": true, "stored_events": 0,
+        json!({"sequence": "3", "duplicate": true, "stored_events": "0",
                "operations": [{"id": 1, "address": "a:1", "operation": "down"}]})
     );
+}
+
+#[test]
+fn u64_values_above_2_pow_53_travel_as_strings_and_numbers_are_still_read() {
+    let incarnation = 15_365_700_884_095_386_388_u64;
+    let numeric = format!(
+        r#"{{"version":1,"identity":{{"cluster":"c","node":"n:1","incarnation":{incarnation}}},"sequence":1,"sent_at_ms":0,
+        "events":[{{"at_ms":1,"kind":"MemberUp","member":{{"address":"n:1","uid":{incarnation},"status":"up"}}}},
+                  {{"at_ms":2,"kind":"SingletonRestarted","singleton":"s","host":"n:1","backoff_ms":1000}}],
+        "dropped":{{"dead_letters":3}}}}"#
+    );
+    let batch: ReportBatch = serde_json::from_str(&numeric).expect("the numeric form still parses");
+    assert_eq!(batch.identity.incarnation, incarnation);
+    assert_eq!(batch.dropped.dead_letters, 3);
+    let json = serde_json::to_value(&batch).unwrap();
+    assert_eq!(json["identity"]["incarnation"], incarnation.to_string());
+    assert_eq!(json["events"][0]["member"]["uid"], incarnation.to_string());
+    assert_eq!(json["events"][1]["backoff_ms"], "1000");
+    assert_eq!(serde_json::from_value::<ReportBatch>(json).unwrap(), batch);
+    let negative = numeric.replace(r#""sequence":1"#, r#""sequence":-1"#);
+    let err = serde_json::from_str::<ReportBatch>(&negative).unwrap_err();
+    assert!(err.to_string().contains("unsigned 64-bit integer"), "{err}");
 }

@@ -19,6 +19,7 @@ use tokio::sync::mpsc;
 use troupe::Address;
 use troupe::cluster::{Cluster, ClusterEvent, MemberStatus, MembershipSettings};
 use troupe::remoting::RemoteMessage;
+use troupe::singleton::ClusterSingleton;
 use troupe::singleton::{SingletonKey, SingletonProxy, StartSingletonOptions};
 use troupe::transport::{ClusterSecret, TcpTransport, TcpTransportConfig, Transport};
 use troupe::{Actor, ActorError, ActorRef, ActorSystem, Context, Props, ReplyTo};
@@ -162,8 +163,7 @@ fn start(node: &Node, index: usize, reports: Option<Reports>) -> SingletonProxy<
         reports: reports.clone(),
         received: 0,
     });
-    node.cluster
-        .singleton()
+    ClusterSingleton::get(&node.cluster)
         .start(&key(), StartSingletonOptions::new(props))
         .expect("start")
 }
@@ -278,7 +278,9 @@ async fn tell_throughput(messages: u64) -> (f64, f64) {
     let nodes = cluster_of(2).await;
     // The host is nodes[0]; nodes[1] sends.
     let host_proxy = start(&nodes[0], 0, None);
-    let proxy = nodes[1].cluster.singleton().proxy(&key()).expect("proxy");
+    let proxy = ClusterSingleton::get(&nodes[1].cluster)
+        .proxy(&key())
+        .expect("proxy");
     nodes[0]
         .system
         .spawn(

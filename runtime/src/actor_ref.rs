@@ -12,32 +12,48 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::ask::{AskRequest, ReplyTo};
-use crate::cell::{ActorId, AnyCell, Cell, SystemMsg};
+use crate::cell::{ActorId, AnyCell, Cell, Envelope, SystemMsg};
+use crate::dead_letter::DeadLetterReason;
 use crate::mailbox::{MailboxDepth, Refused};
+use crate::outbound::ForeignCell;
 use crate::path::ActorPath;
+use crate::system::SystemShared;
 
 /// A typed handle to an actor that accepts messages of type `M`. Cheap to clone.
 pub struct ActorRef<M> {
-    pub(crate) cell: Arc<Cell<M>>,
+    target: Target<M>,
+}
+
+/// What a ref points at: an actor this system hosts, or one it reaches through the outbound
+/// seam (see [`crate::outbound`]).
+enum Target<M> {
+    Local(Arc<Cell<M>>),
+    Foreign(Arc<ForeignCell<M>>),
 }
 
 impl<M> Clone for ActorRef<M> {
     fn clone(&self) -> Self {
-        Self {
-            cell: Arc::clone(&self.cell),
-        }
+        let target = match &self.target {
+            Target::Local(cell) => Target::Local(Arc::clone(cell)),
+            Target::Foreign(cell) => Target::Foreign(Arc::clone(cell)),
+        };
+        Self { target }
     }
 }
 
 impl<M> fmt::Debug for ActorRef<M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ActorRef({}#{})", self.cell.path, self.cell.id.0)
+        write!(f, "ActorRef({}#{})", self.path(), self.id().0)
     }
 }
 
 impl<M> PartialEq for ActorRef<M> {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.cell, &other.cell)
+        match (&self.target, &other.target) {
+            (Target::Local(a), Target::Local(b)) => Arc::ptr_eq(a, b),
+            (Target::Foreign(a), Target::Foreign(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
     }
 }
 
@@ -45,7 +61,7 @@ impl<M> Eq for ActorRef<M> {}
 
 impl<M> std::hash::Hash for ActorRef<M> {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.cell.id.hash(state);
+        self.id().hash(state);
     }
 }
 
@@ -79,36 +95,109 @@ impl<T> fmt::Display for SendError<T> {
 
 impl<T: fmt::Debug> std::error::Error for SendError<T> {}
 
+impl<M> ActorRef<M> {
+    /// The actor's path.
+    #[must_use]
+    pub fn path(&self) -> &ActorPath {
+        match &self.target {
+            Target::Local(cell) => &cell.path,
+            Target::Foreign(cell) => cell.path(),
+        }
+    }
+
+    /// The identity of this incarnation.
+    #[must_use]
+    pub fn id(&self) -> ActorId {
+        match &self.target {
+            Target::Local(cell) => cell.id,
+            Target::Foreign(cell) => cell.id(),
+        }
+    }
+
+    /// The system this ref belongs to.
+    pub(crate) fn system_shared(&self) -> &Arc<SystemShared> {
+        match &self.target {
+            Target::Local(cell) => &cell.system,
+            Target::Foreign(cell) => cell.system(),
+        }
+    }
+}
+
 impl<M: Send + 'static> ActorRef<M> {
+    pub(crate) fn local(cell: Arc<Cell<M>>) -> Self {
+        Self {
+            target: Target::Local(cell),
+        }
+    }
+
+    pub(crate) fn foreign(cell: Arc<ForeignCell<M>>) -> Self {
+        Self {
+            target: Target::Foreign(cell),
+        }
+    }
+
     /// Send a message without waiting. If it cannot be delivered it becomes a dead letter.
     pub fn tell(&self, message: M) {
-        self.cell.tell(message, None);
+        let _ = self.tell_with(message, None);
     }
 
     /// Send a message naming its sender (shown in dead letters).
     pub fn tell_from(&self, message: M, sender: &ActorPath) {
-        self.cell.tell(message, Some(sender.clone()));
+        let _ = self.tell_with(message, Some(sender.clone()));
+    }
+
+    /// Send; an undeliverable message becomes a dead letter, whose reason is returned.
+    pub(crate) fn tell_with(
+        &self,
+        message: M,
+        sender: Option<ActorPath>,
+    ) -> Result<(), DeadLetterReason> {
+        match &self.target {
+            Target::Local(cell) => cell
+                .deliver(Envelope::Message { message, sender })
+                .map_err(|refused| cell.dead_letter_refused(refused)),
+            Target::Foreign(cell) => cell.tell(message, sender),
+        }
     }
 
     /// Send a message, or get it back if the actor has stopped or its bounded mailbox is full.
     /// A refused message is not published as a dead letter: the caller has it.
     pub fn try_tell(&self, message: M) -> Result<(), SendError<M>> {
-        self.cell
-            .deliver(crate::cell::Envelope::Message {
-                message,
-                sender: None,
-            })
-            .map_err(|refused| {
-                SendError(match refused {
-                    Refused::Closed(crate::cell::Envelope::Message { message, .. }) => {
-                        Refused::Closed(message)
-                    }
-                    Refused::Full(crate::cell::Envelope::Message { message, .. }) => {
-                        Refused::Full(message)
-                    }
-                    _ => unreachable!("try_tell only enqueues messages"),
-                })
-            })
+        self.try_tell_with(message, None)
+    }
+
+    /// Like [`ActorRef::try_tell`], naming the sender.
+    pub(crate) fn try_tell_with(
+        &self,
+        message: M,
+        sender: Option<ActorPath>,
+    ) -> Result<(), SendError<M>> {
+        match &self.target {
+            Target::Local(cell) => {
+                cell.deliver(Envelope::Message { message, sender })
+                    .map_err(|refused| {
+                        SendError(match refused {
+                            Refused::Closed(Envelope::Message { message, .. }) => {
+                                Refused::Closed(message)
+                            }
+                            Refused::Full(Envelope::Message { message, .. }) => {
+                                Refused::Full(message)
+                            }
+                            _ => unreachable!("try_tell only enqueues messages"),
+                        })
+                    })
+            }
+            Target::Foreign(cell) => cell
+                .deliver(message, sender.as_ref())
+                .map_err(|(message, _)| SendError(Refused::Closed(message))),
+        }
+    }
+
+    fn any_cell(&self) -> &dyn AnyCell {
+        match &self.target {
+            Target::Local(cell) => &**cell,
+            Target::Foreign(cell) => &**cell,
+        }
     }
 
     /// Ask: build a message around a fresh [`ReplyTo`] and await the reply (default timeout 5 s).
@@ -134,48 +223,51 @@ impl<M: Send + 'static> ActorRef<M> {
 
     /// Ask the actor to stop after its current message; queued messages become dead letters.
     pub fn stop(&self) {
-        let _ = AnyCell::send_system(&*self.cell, SystemMsg::Stop);
+        let _ = self.any_cell().send_system(SystemMsg::Stop);
     }
 
     /// Enqueue a poison pill: the actor processes everything queued before it, then stops.
     pub fn poison_pill(&self) {
-        self.cell.poison_pill();
+        self.any_cell().poison_pill();
     }
 
-    /// The actor's path.
-    #[must_use]
-    pub fn path(&self) -> &ActorPath {
-        &self.cell.path
-    }
-
-    /// The identity of this incarnation.
-    #[must_use]
-    pub fn id(&self) -> ActorId {
-        self.cell.id
-    }
-
-    /// A handle that reads the current mailbox depth with one atomic load.
+    /// A handle that reads the current mailbox depth with one atomic load (always 0 for an
+    /// actor on another node: its depth is not known here).
     #[must_use]
     pub fn mailbox_depth(&self) -> MailboxDepth {
-        MailboxDepth::new(Arc::clone(&self.cell) as Arc<dyn crate::mailbox::DepthSource>)
+        MailboxDepth::new(match &self.target {
+            Target::Local(cell) => Arc::clone(cell) as Arc<dyn crate::mailbox::DepthSource>,
+            Target::Foreign(cell) => Arc::clone(cell) as Arc<dyn crate::mailbox::DepthSource>,
+        })
     }
 
     /// Whether the actor has terminated.
     #[must_use]
     pub fn is_terminated(&self) -> bool {
-        self.cell.termination.is_done()
+        self.any_cell().termination().is_done()
     }
 
     /// Wait until the actor has terminated (returns at once if it already has).
     pub async fn terminated(&self) {
-        self.cell.termination.wait().await;
+        self.any_cell().termination().wait().await;
     }
 
     /// This ref without its message type.
     #[must_use]
     pub fn as_any(&self) -> AnyActorRef {
-        AnyActorRef {
-            cell: Arc::clone(&self.cell) as Arc<dyn AnyCell>,
+        let cell = match &self.target {
+            Target::Local(cell) => Arc::clone(cell) as Arc<dyn AnyCell>,
+            Target::Foreign(cell) => Arc::clone(cell) as Arc<dyn AnyCell>,
+        };
+        AnyActorRef { cell }
+    }
+
+    /// The local cell, for a ref to an actor this system hosts.
+    #[cfg(test)]
+    pub(crate) fn local_cell(&self) -> Option<&Arc<Cell<M>>> {
+        match &self.target {
+            Target::Local(cell) => Some(cell),
+            Target::Foreign(_) => None,
         }
     }
 }
@@ -250,41 +342,9 @@ impl AnyActorRef {
     /// The typed ref, if the actor accepts messages of type `M`.
     #[must_use]
     pub fn downcast<M: Send + 'static>(&self) -> Option<ActorRef<M>> {
-        Arc::clone(&self.cell)
-            .into_any()
-            .downcast::<Cell<M>>()
-            .ok()
-            .map(|cell| ActorRef { cell })
-    }
-}
-
-impl<M: crate::remoting::RemoteMessage> serde::Serialize for ActorRef<M> {
-    /// A ref travels as its full path, naming this node for a local actor.
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::Error;
-        let path = match self.cell.path.address() {
-            Some(_) => self.cell.path.to_string(),
-            None => {
-                let remoting = crate::remoting::current_context().ok_or_else(|| {
-                    S::Error::custom("an ActorRef can only be serialized by remoting")
-                })?;
-                self.cell
-                    .path
-                    .with_address(&remoting.local().address)
-                    .to_string()
-            }
-        };
-        serializer.serialize_str(&path)
-    }
-}
-
-impl<'de, M: crate::remoting::RemoteMessage> serde::Deserialize<'de> for ActorRef<M> {
-    /// A received ref always delivers through remoting — the loopback when it names this node.
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        use serde::de::Error;
-        let path = String::deserialize(deserializer)?;
-        let remoting = crate::remoting::current_context()
-            .ok_or_else(|| D::Error::custom("an ActorRef can only be deserialized by remoting"))?;
-        remoting.actor_ref::<M>(&path).map_err(D::Error::custom)
+        match Arc::clone(&self.cell).into_any().downcast::<Cell<M>>() {
+            Ok(cell) => Some(ActorRef::local(cell)),
+            Err(any) => any.downcast::<ForeignCell<M>>().ok().map(ActorRef::foreign),
+        }
     }
 }

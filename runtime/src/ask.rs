@@ -12,17 +12,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
-use crate::Address;
 use crate::actor_ref::ActorRef;
-use crate::cell::Envelope;
 use crate::dead_letter::{DeadLetter, DeadLetterReason};
-use crate::mailbox::Refused;
+use crate::outbound::OutboundReply;
 use crate::path::ActorPath;
-use crate::remoting::{PendingReply, Remoting, current_context, with_context};
 use crate::system::SystemShared;
 
 /// The default ask timeout.
@@ -42,12 +37,8 @@ enum ReplyInner<T> {
         tx: parking_lot::Mutex<Option<oneshot::Sender<T>>>,
         asker: AskerInfo,
     },
-    Remote {
-        remoting: Arc<Remoting>,
-        node: Address,
-        id: u64,
-        encode: fn(&T) -> Result<Vec<u8>, postcard::Error>,
-    },
+    /// The asker is not hosted by this system: the reply goes through the outbound seam.
+    Outbound(Box<dyn OutboundReply<T>>),
 }
 
 struct AskerInfo {
@@ -59,7 +50,7 @@ impl<T> fmt::Debug for ReplyTo<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.inner {
             ReplyInner::Local { asker, .. } => write!(f, "ReplyTo(ask to {})", asker.recipient),
-            ReplyInner::Remote { node, id, .. } => write!(f, "ReplyTo(ask {id} from {node})"),
+            ReplyInner::Outbound(reply) => write!(f, "ReplyTo({reply:?})"),
         }
     }
 }
@@ -75,6 +66,22 @@ impl<T: Send + 'static> ReplyTo<T> {
                 tx: parking_lot::Mutex::new(Some(tx)),
                 asker: AskerInfo { system, recipient },
             },
+        }
+    }
+
+    /// A reply channel to an asker this system does not host.
+    pub(crate) fn outbound(reply: Box<dyn OutboundReply<T>>) -> Self {
+        Self {
+            inner: ReplyInner::Outbound(reply),
+        }
+    }
+
+    /// For a local asker: take the channel out (the reply will then come from elsewhere);
+    /// `None` once used or taken. For an outbound one: its route, to pass on.
+    pub(crate) fn transfer(&self) -> Result<Option<oneshot::Sender<T>>, &dyn OutboundReply<T>> {
+        match &self.inner {
+            ReplyInner::Local { tx, .. } => Ok(tx.lock().take()),
+            ReplyInner::Outbound(reply) => Err(&**reply),
         }
     }
 
@@ -96,21 +103,7 @@ impl<T: Send + 'static> ReplyTo<T> {
                     });
                 }
             }
-            ReplyInner::Remote {
-                remoting,
-                node,
-                id,
-                encode,
-            } => match with_context(&remoting, || encode(&value)) {
-                Ok(body) => {
-                    if !remoting.send_reply(&node, id, body) {
-                        tracing::warn!(asker = %node, ask = id, "ask reply could not be sent");
-                    }
-                }
-                Err(error) => {
-                    tracing::warn!(asker = %node, ask = id, %error, "ask reply does not serialize")
-                }
-            },
+            ReplyInner::Outbound(reply) => reply.send(value),
         }
     }
 
@@ -119,71 +112,8 @@ impl<T: Send + 'static> ReplyTo<T> {
     pub fn is_waiting(&self) -> bool {
         match &self.inner {
             ReplyInner::Local { tx, .. } => tx.lock().as_ref().is_some_and(|tx| !tx.is_closed()),
-            ReplyInner::Remote { .. } => true,
+            ReplyInner::Outbound(_) => true,
         }
-    }
-}
-
-/// An ask from this node waiting for a reply from another.
-struct PendingAsk<T> {
-    tx: oneshot::Sender<T>,
-}
-
-impl<T: DeserializeOwned + Send + 'static> PendingReply for PendingAsk<T> {
-    fn complete(self: Box<Self>, body: &[u8]) -> bool {
-        match postcard::from_bytes::<T>(body) {
-            Ok(value) => self.tx.send(value).is_ok(),
-            Err(error) => {
-                tracing::warn!(%error, "ask reply does not decode");
-                false
-            }
-        }
-    }
-
-    fn is_abandoned(&self) -> bool {
-        self.tx.is_closed()
-    }
-}
-
-impl<T> Serialize for ReplyTo<T>
-where
-    T: Serialize + DeserializeOwned + Send + 'static,
-{
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::Error;
-        let remoting = current_context()
-            .ok_or_else(|| S::Error::custom("a ReplyTo can only be serialized by remoting"))?;
-        match &self.inner {
-            ReplyInner::Local { tx, .. } => {
-                let tx = tx
-                    .lock()
-                    .take()
-                    .ok_or_else(|| S::Error::custom("this ReplyTo was already used"))?;
-                let id = remoting.register_ask(Box::new(PendingAsk { tx }));
-                (&remoting.local().address, id).serialize(serializer)
-            }
-            ReplyInner::Remote { node, id, .. } => (node, *id).serialize(serializer),
-        }
-    }
-}
-
-impl<'de, T> Deserialize<'de> for ReplyTo<T>
-where
-    T: Serialize + DeserializeOwned + Send + 'static,
-{
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        use serde::de::Error;
-        let (node, id) = <(Address, u64)>::deserialize(deserializer)?;
-        let remoting = current_context()
-            .ok_or_else(|| D::Error::custom("a ReplyTo can only be deserialized by remoting"))?;
-        Ok(Self {
-            inner: ReplyInner::Remote {
-                remoting,
-                node,
-                id,
-                encode: |value| postcard::to_allocvec(value),
-            },
-        })
     }
 }
 
@@ -226,7 +156,7 @@ pub struct AskRequest<'a, M, R, F> {
 impl<M, R, F> fmt::Debug for AskRequest<'_, M, R, F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AskRequest")
-            .field("target", &self.target.cell.path)
+            .field("target", self.target.path())
             .field("timeout", &self.timeout)
             .finish()
     }
@@ -265,27 +195,12 @@ where
 
     fn into_future(self) -> Self::IntoFuture {
         let (tx, rx) = oneshot::channel();
-        let cell = &self.target.cell;
-        let reply = ReplyTo::local(tx, Arc::clone(&cell.system), cell.path.clone());
+        let target = self.target;
+        let path = target.path().clone();
+        let reply = ReplyTo::local(tx, Arc::clone(target.system_shared()), path.clone());
         let message = (self.make)(reply);
-        let recipient = || cell.path.clone();
-        let pushed = cell.deliver(Envelope::Message {
-            message,
-            sender: None,
-        });
+        let refused = target.tell_with(message, None).err();
         let timeout = self.timeout;
-        let refused = match pushed {
-            Ok(()) => None,
-            Err(refused) => {
-                let reason = match &refused {
-                    Refused::Closed(_) => DeadLetterReason::RecipientStopped,
-                    Refused::Full(_) => DeadLetterReason::MailboxFull,
-                };
-                cell.dead_letter_refused(refused);
-                Some(reason)
-            }
-        };
-        let path = recipient();
         Box::pin(async move {
             if let Some(reason) = refused {
                 return Err(AskError::Undeliverable {

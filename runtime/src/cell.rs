@@ -1,7 +1,9 @@
 //! The shared state of one actor incarnation: identity, mailbox, children and termination flag.
 //!
-//! A cell is what an [`crate::ActorRef`] points at. It outlives the actor's task for as long as
-//! refs exist, so a send to a stopped actor finds a closed mailbox and becomes a dead letter.
+//! A cell is what a ref to a local actor points at. It outlives the actor's task for as long as
+//! refs exist, so a send to a stopped actor finds a closed mailbox and becomes a dead letter. A
+//! ref to an actor this system does not host points at a [`crate::outbound::ForeignCell`]
+//! instead: no mailbox, no children.
 
 use rustc_hash::FxHashMap;
 use std::any::Any;
@@ -16,7 +18,6 @@ use crate::dead_letter::{DeadLetter, DeadLetterReason};
 use crate::death_watch::Terminated;
 use crate::mailbox::{DepthSource, Mailbox, MailboxConfig, Refused};
 use crate::path::ActorPath;
-use crate::remoting::RemoteTarget;
 use crate::system::SystemShared;
 
 /// A process-unique identity of one actor incarnation. A new actor at a reused path gets a new
@@ -51,7 +52,7 @@ pub(crate) enum SystemMsg {
     /// Stop after the current message.
     Stop,
     /// Deliver `Terminated` to this watcher when the actor terminates.
-    Watch(Arc<dyn AnyCell>),
+    Watch(Arc<dyn Watcher>),
     /// Forget a watcher.
     Unwatch(ActorId),
     /// An actor this one watches has terminated.
@@ -62,19 +63,29 @@ pub(crate) enum SystemMsg {
     ChildFailed { child: ActorPath, cause: String },
 }
 
-/// The type-erased view of a cell that parents, watchers and the registry use.
+/// The type-erased view of what a ref points at (a local [`Cell`] or a
+/// [`crate::outbound::ForeignCell`]) that parents, watchers and the registry use.
 pub(crate) trait AnyCell: Send + Sync + 'static {
     fn id(&self) -> ActorId;
     fn path(&self) -> &ActorPath;
     fn message_type(&self) -> &'static str;
     fn send_system(&self, message: SystemMsg) -> Result<(), SystemMsg>;
-    fn children(&self) -> &Mutex<Children>;
+    /// The children of a local actor; `None` for an actor this system does not host.
+    fn children(&self) -> Option<&Mutex<Children>>;
     fn mailbox_depth(&self) -> usize;
     fn termination(&self) -> &Termination;
     fn poison_pill(&self);
-    /// For a cell that stands for a remote actor: that actor has terminated (or its node left).
-    fn remote_terminated(&self);
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
+}
+
+/// Who is told, once, that a watched actor has terminated: a local actor (through its system
+/// lane), a ref standing for an actor elsewhere (which tells its own watchers), or whatever
+/// the outbound seam uses to stand for a watcher on another node.
+pub(crate) trait Watcher: Send + Sync + 'static {
+    /// The identity `Unwatch` names.
+    fn watcher_id(&self) -> ActorId;
+    /// A watched actor has terminated.
+    fn notify_terminated(&self, terminated: Terminated);
 }
 
 impl fmt::Debug for dyn AnyCell {
@@ -161,9 +172,7 @@ impl Termination {
     }
 }
 
-/// The shared state behind an [`crate::ActorRef`]. A cell either hosts a local actor (its
-/// mailbox is served by the actor's task) or stands for an actor on another node (`remote` is
-/// set; messages are encoded and sent, the mailbox stays unused).
+/// The shared state behind a ref to a local actor; its mailbox is served by the actor's task.
 pub(crate) struct Cell<M> {
     pub(crate) id: ActorId,
     pub(crate) path: ActorPath,
@@ -171,14 +180,6 @@ pub(crate) struct Cell<M> {
     pub(crate) system: Arc<SystemShared>,
     pub(crate) children: Mutex<Children>,
     pub(crate) termination: Termination,
-    pub(crate) remote: Option<Box<Remote<M>>>,
-}
-
-/// The remote half of a cell that stands for an actor on another node.
-pub(crate) struct Remote<M> {
-    target: RemoteTarget<M>,
-    watchers: Mutex<Vec<Arc<dyn AnyCell>>>,
-    me: std::sync::Weak<dyn AnyCell>,
 }
 
 impl<M: Send + 'static> Cell<M> {
@@ -190,76 +191,22 @@ impl<M: Send + 'static> Cell<M> {
             system,
             children: Mutex::new(Children::default()),
             termination: Termination::default(),
-            remote: None,
         }
     }
 
-    /// A cell standing for the actor at `path` on another node (or on this node, reached through
-    /// the loopback).
-    pub(crate) fn new_remote(
-        path: ActorPath,
-        system: Arc<SystemShared>,
-        target: RemoteTarget<M>,
-    ) -> Arc<Self> {
-        Arc::new_cyclic(|me: &std::sync::Weak<Self>| {
-            let me: std::sync::Weak<dyn AnyCell> = me.clone();
-            Self {
-                id: ActorId::next(),
-                path,
-                mailbox: Mailbox::new(MailboxConfig::Unbounded),
-                system,
-                children: Mutex::new(Children::default()),
-                termination: Termination::default(),
-                remote: Some(Box::new(Remote {
-                    target,
-                    watchers: Mutex::new(Vec::new()),
-                    me,
-                })),
-            }
-        })
-    }
-
-    /// Hand an envelope to the actor: its mailbox, or the network for a remote actor.
+    /// Hand an envelope to the actor's mailbox.
     pub(crate) fn deliver(&self, envelope: Envelope<M>) -> Result<(), Refused<Envelope<M>>> {
-        let Some(remote) = &self.remote else {
-            return self.mailbox.push_user(envelope);
-        };
-        match envelope {
-            Envelope::Message { message, sender } => remote
-                .target
-                .send(&self.path, message, sender.as_ref())
-                .map_err(|message| Refused::Closed(Envelope::Message { message, sender })),
-            Envelope::PoisonPill => {
-                remote.target.remoting.stop_remote(
-                    &remote.target.address,
-                    self.path.elements(),
-                    true,
-                );
-                Ok(())
-            }
-        }
+        self.mailbox.push_user(envelope)
     }
 
-    /// Enqueue a message; undeliverable ones are published as dead letters.
-    pub(crate) fn tell(&self, message: M, sender: Option<ActorPath>) {
-        if let Err(refused) = self.deliver(Envelope::Message { message, sender }) {
-            self.dead_letter_refused(refused);
-        }
-    }
-
-    pub(crate) fn dead_letter_refused(&self, refused: Refused<Envelope<M>>) {
-        let (envelope, reason) = match (refused, &self.remote) {
-            (Refused::Closed(envelope), Some(remote)) => (
-                envelope,
-                DeadLetterReason::Other(format!(
-                    "could not be sent to node {}",
-                    remote.target.address
-                )),
-            ),
-            (Refused::Closed(envelope), None) => (envelope, DeadLetterReason::RecipientStopped),
-            (Refused::Full(envelope), _) => (envelope, DeadLetterReason::MailboxFull),
+    /// Publish a refused envelope as a dead letter; returns the reason.
+    pub(crate) fn dead_letter_refused(&self, refused: Refused<Envelope<M>>) -> DeadLetterReason {
+        let (envelope, reason) = match refused {
+            Refused::Closed(envelope) => (envelope, DeadLetterReason::RecipientStopped),
+            Refused::Full(envelope) => (envelope, DeadLetterReason::MailboxFull),
         };
-        self.dead_letter_envelope(envelope, reason);
+        self.dead_letter_envelope(envelope, reason.clone());
+        reason
     }
 
     pub(crate) fn dead_letter_envelope(&self, envelope: Envelope<M>, reason: DeadLetterReason) {
@@ -282,6 +229,16 @@ impl<M: Send + 'static> DepthSource for Cell<M> {
     }
 }
 
+impl<M: Send + 'static> Watcher for Cell<M> {
+    fn watcher_id(&self) -> ActorId {
+        self.id
+    }
+
+    fn notify_terminated(&self, terminated: Terminated) {
+        let _ = self.mailbox.push_system(SystemMsg::Terminated(terminated));
+    }
+}
+
 impl<M: Send + 'static> AnyCell for Cell<M> {
     fn id(&self) -> ActorId {
         self.id
@@ -296,62 +253,15 @@ impl<M: Send + 'static> AnyCell for Cell<M> {
     }
 
     fn send_system(&self, message: SystemMsg) -> Result<(), SystemMsg> {
-        let Some(remote) = &self.remote else {
-            return self.mailbox.push_system(message);
-        };
-        let target = &remote.target;
-        match message {
-            SystemMsg::Stop => {
-                target
-                    .remoting
-                    .stop_remote(&target.address, self.path.elements(), false);
-                Ok(())
-            }
-            SystemMsg::Watch(watcher) => {
-                if self.termination.is_done() {
-                    return Err(SystemMsg::Watch(watcher));
-                }
-                let first = {
-                    let mut watchers = remote.watchers.lock();
-                    watchers.push(watcher);
-                    watchers.len() == 1
-                };
-                if first {
-                    target.remoting.watch_remote(
-                        &target.address,
-                        self.path.elements(),
-                        remote.me.clone(),
-                    );
-                }
-                Ok(())
-            }
-            SystemMsg::Unwatch(id) => {
-                remote.watchers.lock().retain(|w| w.id() != id);
-                Ok(())
-            }
-            // Nothing else is meaningful for an actor on another node.
-            _ => Ok(()),
-        }
+        self.mailbox.push_system(message)
     }
 
-    fn children(&self) -> &Mutex<Children> {
-        &self.children
+    fn children(&self) -> Option<&Mutex<Children>> {
+        Some(&self.children)
     }
 
     fn mailbox_depth(&self) -> usize {
         self.mailbox.depth()
-    }
-
-    fn remote_terminated(&self) {
-        let Some(remote) = &self.remote else { return };
-        self.termination.mark_done();
-        let terminated = Terminated {
-            path: self.path.clone(),
-            id: self.id,
-        };
-        for watcher in remote.watchers.lock().drain(..) {
-            let _ = watcher.send_system(SystemMsg::Terminated(terminated.clone()));
-        }
     }
 
     fn termination(&self) -> &Termination {

@@ -15,6 +15,7 @@
 //! consecutive views, computed and delivered under the same lock that takes the snapshot.
 
 mod daemon;
+mod error;
 mod events;
 mod failure_detector;
 mod gossip;
@@ -31,7 +32,8 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
-pub use daemon::{ClusterError, GossipMembership};
+pub use daemon::GossipMembership;
+pub use error::ClusterError;
 pub use events::{ClusterEvent, ClusterView, diff};
 pub use failure_detector::{FailureDetectorSettings, PhiAccrual};
 pub use gossip::{Gossip, Received};
@@ -43,6 +45,7 @@ pub use vector_clock::{Causality, VectorClock};
 pub use wire::{CLUSTER_CHANNEL, WireError, decode_cluster_frame, encode_cluster_frame};
 
 use crate::actor_ref::ActorRef;
+use crate::extension::Extensions;
 use crate::remoting::Remoting;
 use crate::system::ActorSystem;
 use crate::transport::{InboundFrame, Transport};
@@ -126,7 +129,8 @@ struct Inner {
     control: Arc<dyn MembershipControl>,
     transport: Arc<dyn Transport>,
     remoting: Arc<Remoting>,
-    singletons: crate::singleton::Registry,
+    /// The layers built over this cluster (the singleton registry), each installed once.
+    extensions: Extensions,
 }
 
 impl fmt::Debug for Cluster {
@@ -150,7 +154,9 @@ impl Cluster {
         settings.validate()?;
         let remoting = Remoting::start(system, transport, inbound);
         let (cluster_frames, cluster_inbound) = mpsc::unbounded_channel();
-        remoting.set_cluster_handler(cluster_frames);
+        remoting
+            .register_channel(CLUSTER_CHANNEL, cluster_frames)
+            .map_err(|taken| ClusterError::Provider(taken.to_string()))?;
         let provider = GossipMembership::new(settings, rng_seed, cluster_inbound);
         Self::start_with_provider(system, remoting, Box::new(provider))
     }
@@ -185,7 +191,7 @@ impl Cluster {
                 control,
                 transport: Arc::clone(remoting.transport()),
                 remoting,
-                singletons: crate::singleton::Registry::default(),
+                extensions: Extensions::default(),
             }),
         })
     }
@@ -220,14 +226,9 @@ impl Cluster {
         &self.inner.transport
     }
 
-    /// Cluster singletons on this node: start, proxy, stop (see [`crate::singleton`]).
-    #[must_use]
-    pub fn singleton(&self) -> crate::singleton::ClusterSingleton {
-        crate::singleton::ClusterSingleton::new(self)
-    }
-
-    pub(crate) fn singleton_registry(&self) -> &crate::singleton::Registry {
-        &self.inner.singletons
+    /// The layers built over this cluster, each installed once.
+    pub(crate) fn extensions(&self) -> &Extensions {
+        &self.inner.extensions
     }
 
     /// The current view.

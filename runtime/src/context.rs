@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::actor::Actor;
 use crate::actor_ref::{ActorRef, AnyActorRef};
-use crate::cell::{ActorId, AnyCell, Cell, SystemMsg};
+use crate::cell::{ActorId, AnyCell, Cell, SystemMsg, Watcher};
 use crate::death_watch::Terminated;
 use crate::path::ActorPath;
 use crate::props::Props;
@@ -76,9 +76,7 @@ impl<A: Actor> Context<A> {
     /// A ref to this actor.
     #[must_use]
     pub fn myself(&self) -> ActorRef<A::Msg> {
-        ActorRef {
-            cell: Arc::clone(&self.cell),
-        }
+        ActorRef::local(Arc::clone(&self.cell))
     }
 
     /// This actor's path.
@@ -155,7 +153,7 @@ impl<A: Actor> Context<A> {
             return;
         }
         self.watching.push((target.id(), Arc::clone(&target.cell)));
-        let me: Arc<dyn AnyCell> = Arc::clone(&self.cell) as Arc<dyn AnyCell>;
+        let me: Arc<dyn Watcher> = Arc::clone(&self.cell) as Arc<dyn Watcher>;
         if target.cell.send_system(SystemMsg::Watch(me)).is_err() {
             // Already terminated: deliver through our own mailbox like any other Terminated.
             let _ = self

@@ -29,12 +29,11 @@
 mod asks;
 mod dispatch;
 pub mod envelope;
+mod refs;
 mod registry;
 mod watches;
 
 pub use envelope::{EnvelopeError, WireEnvelope};
-
-pub(crate) use asks::PendingReply;
 
 use std::any::TypeId;
 use std::cell::RefCell;
@@ -51,12 +50,13 @@ use tokio::sync::mpsc;
 
 use crate::actor_ref::ActorRef;
 use crate::address::{Address, UniqueAddress};
-use crate::cell::Cell;
+use crate::outbound::ForeignCell;
 use crate::path::ActorPath;
 use crate::system::{ActorSystem, SystemShared};
 use crate::transport::{InboundFrame, Transport};
 use asks::CompleteAsk;
 use envelope::{RawBytes, WireEnvelopeRef};
+use refs::RemoteTarget;
 use registry::Deliver;
 use watches::{WatcherProxy, WatchingCells};
 
@@ -74,6 +74,14 @@ pub const ASK_REPLY_CHANNEL: u8 = 0x03;
 /// The channel tag of remote system messages.
 pub const SYSTEM_CHANNEL: u8 = 0x04;
 
+/// A frame channel already has an owner (or belongs to remoting itself).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("frame channel {channel:#04x} is already taken")]
+pub(crate) struct ChannelTaken {
+    /// The channel tag.
+    pub(crate) channel: u8,
+}
+
 /// Why a remote ref could not be made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RemoteRefError {
@@ -84,13 +92,13 @@ pub enum RemoteRefError {
     Malformed(String),
 }
 
-type SendRemote<M> = fn(&Remoting, &Address, &ActorPath, M, Option<&ActorPath>) -> Result<(), M>;
-
 /// Counters of what remoting could not deliver.
 #[derive(Debug, Default)]
 pub struct RemotingStats {
-    /// Inbound frames on no known channel, or that did not decode.
+    /// Inbound frames that did not decode, or had no channel tag.
     pub malformed_frames: AtomicU64,
+    /// Inbound frames on a channel that neither remoting nor a layer above it owns.
+    pub unowned_channel_frames: AtomicU64,
     /// Inbound messages whose manifest nobody registered.
     pub unknown_manifests: AtomicU64,
     /// Inbound messages for a path with no actor.
@@ -124,7 +132,8 @@ pub struct Remoting {
     transport: Arc<dyn Transport>,
     registry: RwLock<HashMap<&'static str, Deliver>>,
     registered_types: RwLock<HashMap<TypeId, &'static str>>,
-    cluster_frames: Mutex<Option<mpsc::UnboundedSender<InboundFrame>>>,
+    /// The owners of the channels above remoting's own (see [`Remoting::register_channel`]).
+    channels: RwLock<HashMap<u8, mpsc::UnboundedSender<InboundFrame>>>,
     next_ask: AtomicU64,
     pending_asks: Mutex<HashMap<u64, CompleteAsk>>,
     /// Remote actors watched from here: (node, path) → the remote ref cells standing for them.
@@ -165,7 +174,7 @@ impl Remoting {
             transport,
             registry: RwLock::new(HashMap::new()),
             registered_types: RwLock::new(HashMap::new()),
-            cluster_frames: Mutex::new(None),
+            channels: RwLock::new(HashMap::new()),
             next_ask: AtomicU64::new(1),
             pending_asks: Mutex::new(HashMap::new()),
             watched: Mutex::new(HashMap::new()),
@@ -175,7 +184,7 @@ impl Remoting {
             watcher_proxies: Mutex::new(HashMap::new()),
             stats: RemotingStats::default(),
         });
-        let remoting = system.shared.attach_remoting(remoting);
+        let remoting = system.shared.extensions.get_or_insert_with(|| remoting);
         let pump = Arc::downgrade(&remoting);
         system.runtime().spawn(async move {
             let mut inbound = inbound;
@@ -215,9 +224,32 @@ impl Remoting {
         self.system.upgrade().map(|shared| ActorSystem { shared })
     }
 
-    /// Route membership frames to the cluster daemon.
-    pub(crate) fn set_cluster_handler(&self, frames: mpsc::UnboundedSender<InboundFrame>) {
-        *self.cluster_frames.lock() = Some(frames);
+    /// This system's remoting, if [`Remoting::start`] has run.
+    #[must_use]
+    pub fn of(system: &ActorSystem) -> Option<Arc<Self>> {
+        system.shared.extensions.get::<Self>()
+    }
+
+    /// Hand every inbound frame on `channel` to `frames` (the layer above remoting that owns
+    /// the channel, such as cluster membership). One owner per channel; remoting's own
+    /// channels cannot be taken.
+    pub(crate) fn register_channel(
+        &self,
+        channel: u8,
+        frames: mpsc::UnboundedSender<InboundFrame>,
+    ) -> Result<(), ChannelTaken> {
+        if matches!(channel, ACTOR_CHANNEL | ASK_REPLY_CHANNEL | SYSTEM_CHANNEL) {
+            return Err(ChannelTaken { channel });
+        }
+        let mut channels = self.channels.write();
+        if channels
+            .get(&channel)
+            .is_some_and(|owner| !owner.is_closed())
+        {
+            return Err(ChannelTaken { channel });
+        }
+        channels.insert(channel, frames);
+        Ok(())
     }
 
     /// A ref to the actor at a full path such as `troupe://app@10.0.0.1:2552/user/worker`.
@@ -238,12 +270,8 @@ impl Remoting {
             .upgrade()
             .expect("remoting outlives its system only briefly");
         let path = ActorPath::remote(address, elements);
-        let cell = Cell::<M>::new_remote(
-            path,
-            system,
-            RemoteTarget::<M>::new(self.arc(), address.clone()),
-        );
-        ActorRef { cell }
+        let outbound = RemoteTarget::<M>::new(self.arc(), address.clone());
+        ActorRef::foreign(ForeignCell::new(path, system, Box::new(outbound)))
     }
 
     fn frame(channel: u8, body: &[u8]) -> Bytes {
@@ -309,37 +337,5 @@ impl Remoting {
         } else {
             Err(message)
         }
-    }
-}
-
-/// Where a remote ref's messages go.
-pub(crate) struct RemoteTarget<M> {
-    pub(crate) remoting: Arc<Remoting>,
-    pub(crate) address: Address,
-    _message: std::marker::PhantomData<fn(M)>,
-    send: SendRemote<M>,
-}
-
-impl<M: RemoteMessage> RemoteTarget<M> {
-    pub(crate) fn new(remoting: Arc<Remoting>, address: Address) -> Self {
-        Self {
-            remoting,
-            address,
-            _message: std::marker::PhantomData,
-            send: |remoting, to, path, message, sender| {
-                remoting.send_message::<M>(to, path, message, sender)
-            },
-        }
-    }
-}
-
-impl<M: Send + 'static> RemoteTarget<M> {
-    pub(crate) fn send(
-        &self,
-        path: &ActorPath,
-        message: M,
-        sender: Option<&ActorPath>,
-    ) -> Result<(), M> {
-        (self.send)(&self.remoting, &self.address, path, message, sender)
     }
 }

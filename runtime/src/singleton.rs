@@ -3,7 +3,7 @@
 //! hand-over when membership changes, optionally guarded by a [`Lease`].
 //!
 //! ```no_run
-//! use troupe::singleton::{SingletonKey, StartSingletonOptions};
+//! use troupe::singleton::{ClusterSingleton, SingletonKey, StartSingletonOptions};
 //! # use troupe::{Actor, ActorError, Context, Props};
 //! # #[derive(Debug, serde::Serialize, serde::Deserialize)] enum JobCommand { Run(u64) }
 //! # impl troupe::remoting::RemoteMessage for JobCommand { const MANIFEST: &'static str = "app.JobCommand"; }
@@ -12,10 +12,9 @@
 //! # fn example(cluster: &troupe::cluster::Cluster) -> Result<(), Box<dyn std::error::Error>> {
 //! let key = SingletonKey::of::<JobCommand>("job-scheduler", None);
 //! // On every node that may host it:
-//! let scheduler = cluster
-//!     .singleton()
+//! let scheduler = ClusterSingleton::get(cluster)
 //!     .start(&key, StartSingletonOptions::new(Props::new(JobScheduler::default)))?;
-//! // On nodes that only talk to it: `cluster.singleton().proxy(&key)?`.
+//! // On nodes that only talk to it: `ClusterSingleton::get(cluster).proxy(&key)?`.
 //! scheduler.tell(JobCommand::Run(7));
 //! # Ok(()) }
 //! ```
@@ -143,8 +142,8 @@ pub enum StartError {
     Spawn(#[from] SpawnError),
 }
 
-/// This node's singleton registry: one entry per singleton type name. Lives in the
-/// [`Cluster`] handle, so every `cluster.singleton()` call sees the same one.
+/// This node's singleton registry: one entry per singleton type name. An extension of the
+/// [`Cluster`], so every [`ClusterSingleton::get`] sees the same one.
 #[derive(Default)]
 pub(crate) struct Registry {
     entries: Mutex<HashMap<Arc<str>, Entry>>,
@@ -198,10 +197,12 @@ impl Registry {
     }
 }
 
-/// The singleton API of one node: `cluster.singleton()`.
+/// The singleton API of one node, an extension of its [`Cluster`]:
+/// `ClusterSingleton::get(&cluster)`.
 #[derive(Clone)]
 pub struct ClusterSingleton {
     cluster: Cluster,
+    registry: Arc<Registry>,
 }
 
 impl fmt::Debug for ClusterSingleton {
@@ -262,14 +263,20 @@ fn get_or_spawn(
 }
 
 impl ClusterSingleton {
-    pub(crate) fn new(cluster: &Cluster) -> Self {
+    /// The singletons of `cluster`'s node: every call for one cluster shares one registry.
+    #[must_use]
+    pub fn get(cluster: &Cluster) -> Self {
+        let registry = cluster
+            .extensions()
+            .get_or_insert_with(|| Arc::new(Registry::default()));
         Self {
             cluster: cluster.clone(),
+            registry,
         }
     }
 
     fn registry(&self) -> &Registry {
-        self.cluster.singleton_registry()
+        &self.registry
     }
 
     /// Make the protocol and `M` deliverable from other nodes; `M` reaches the manager, which
@@ -541,10 +548,11 @@ impl ClusterSingleton {
         }
         let parent = singleton_container(system)?;
         let fast = FastPath::<M>::new();
-        let (name, cluster, shared) = (
+        let (name, cluster, shared, registry) = (
             Arc::clone(type_name),
             self.cluster.clone(),
             Arc::clone(&fast),
+            Arc::clone(&self.registry),
         );
         let props = Props::new(move || {
             ProxyActor::<M>::new(
@@ -553,6 +561,7 @@ impl ClusterSingleton {
                 cluster.clone(),
                 buffer_size,
                 Arc::clone(&shared),
+                Arc::clone(&registry),
             )
         });
         let proxy = spawn_child(

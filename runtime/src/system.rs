@@ -23,6 +23,7 @@ use crate::cell::{AnyCell, Cell, SystemMsg};
 use crate::context::Context;
 use crate::dead_letter::{DeadLetter, DeadLetterReason, DeadLetters};
 use crate::event_stream::EventStream;
+use crate::extension::Extensions;
 use crate::path::{self, ActorPath, InvalidName, validate_name};
 use crate::props::Props;
 use crate::task;
@@ -41,7 +42,8 @@ pub(crate) struct SystemShared {
     pub(crate) dead_letters: DeadLetters,
     pub(crate) runtime: tokio::runtime::Handle,
     guardians: Mutex<Option<Guardians>>,
-    remoting: std::sync::OnceLock<Arc<crate::remoting::Remoting>>,
+    /// The layers built on this system (remoting), each installed once.
+    pub(crate) extensions: Extensions,
     terminated: Notify,
     is_terminated: std::sync::atomic::AtomicBool,
 }
@@ -63,16 +65,6 @@ impl Actor for Guardian {
 
     async fn handle(&mut self, msg: Never, _ctx: &mut Context<Self>) -> Result<(), ActorError> {
         match msg {}
-    }
-}
-
-impl SystemShared {
-    /// Attach remoting, once; a second attach returns the first.
-    pub(crate) fn attach_remoting(
-        &self,
-        remoting: Arc<crate::remoting::Remoting>,
-    ) -> Arc<crate::remoting::Remoting> {
-        Arc::clone(self.remoting.get_or_init(|| remoting))
     }
 }
 
@@ -191,7 +183,7 @@ impl ActorSystem {
             events,
             runtime,
             guardians: Mutex::new(None),
-            remoting: std::sync::OnceLock::new(),
+            extensions: Extensions::default(),
             terminated: Notify::new(),
             is_terminated: std::sync::atomic::AtomicBool::new(false),
         });
@@ -230,13 +222,6 @@ impl ActorSystem {
     #[must_use]
     pub fn dead_letters(&self) -> &DeadLetters {
         &self.shared.dead_letters
-    }
-
-    /// This system's remoting, once a transport has been attached (see
-    /// [`crate::remoting::Remoting::start`]).
-    #[must_use]
-    pub fn remoting(&self) -> Option<&Arc<crate::remoting::Remoting>> {
-        self.shared.remoting.get()
     }
 
     /// The tokio runtime the actors run on.
@@ -316,7 +301,9 @@ impl ActorSystem {
         }
         .ok_or_else(not_found)?;
         for element in rest {
-            let next = current.children().lock().get(element).cloned();
+            let next = current
+                .children()
+                .and_then(|children| children.lock().get(element).cloned());
             current = next.ok_or_else(not_found)?;
         }
         if current.termination().is_done() {
@@ -405,13 +392,20 @@ pub(crate) fn spawn_child<A: Actor>(
     props: Props<A>,
 ) -> Result<ActorRef<A::Msg>, SpawnError> {
     validate_name(name)?;
+    let Some(children) = parent.children() else {
+        // Only an actor this system hosts can have children.
+        return Err(SpawnError::ParentStopped {
+            parent: parent.path().clone(),
+            name: name.to_owned(),
+        });
+    };
     let cell = Arc::new(Cell::<A::Msg>::new(
         parent.path().child(name),
         props.mailbox,
         Arc::clone(system),
     ));
     {
-        let mut children = parent.children().lock();
+        let mut children = children.lock();
         if children.closed {
             return Err(SpawnError::ParentStopped {
                 parent: parent.path().clone(),
@@ -432,5 +426,5 @@ pub(crate) fn spawn_child<A: Actor>(
         Some(Arc::clone(parent)),
         false,
     ));
-    Ok(ActorRef { cell })
+    Ok(ActorRef::local(cell))
 }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use futures_util::FutureExt;
 
 use crate::actor::{Actor, ActorError, Failure};
-use crate::cell::{AnyCell, Cell, Envelope, SystemMsg};
+use crate::cell::{AnyCell, Cell, Envelope, SystemMsg, Watcher};
 use crate::context::Context;
 use crate::dead_letter::DeadLetterReason;
 use crate::death_watch::Terminated;
@@ -61,7 +61,7 @@ struct Runner<A: Actor> {
     guardian: bool,
     ctx: Context<A>,
     actor: Option<A>,
-    watchers: Vec<Arc<dyn AnyCell>>,
+    watchers: Vec<Arc<dyn Watcher>>,
     /// State only failures need; boxed on first use so an idle actor stays small.
     rare: Option<Box<Rare>>,
 }
@@ -157,13 +157,17 @@ impl<A: Actor> Runner<A> {
         match message {
             SystemMsg::Stop => AfterFailure::Stop,
             SystemMsg::Watch(watcher) => {
-                if !self.watchers.iter().any(|w| w.id() == watcher.id()) {
+                if !self
+                    .watchers
+                    .iter()
+                    .any(|w| w.watcher_id() == watcher.watcher_id())
+                {
                     self.watchers.push(watcher);
                 }
                 AfterFailure::Continue
             }
             SystemMsg::Unwatch(id) => {
-                self.watchers.retain(|w| w.id() != id);
+                self.watchers.retain(|w| w.watcher_id() != id);
                 AfterFailure::Continue
             }
             SystemMsg::Terminated(terminated) => {
@@ -259,7 +263,7 @@ impl<A: Actor> Runner<A> {
             match message {
                 SystemMsg::Stop => self.ctx.stop_requested = true,
                 SystemMsg::Watch(watcher) => self.watchers.push(watcher),
-                SystemMsg::Unwatch(id) => self.watchers.retain(|w| w.id() != id),
+                SystemMsg::Unwatch(id) => self.watchers.retain(|w| w.watcher_id() != id),
                 SystemMsg::ChildTerminated | SystemMsg::ChildFailed { .. } => {}
                 terminated @ SystemMsg::Terminated(_) => {
                     if !closing {
@@ -300,11 +304,11 @@ impl<A: Actor> Runner<A> {
         // Free the name first: a watcher that respawns at the same path on Terminated must
         // not find it taken.
         if let Some(parent) = self.parent.take() {
-            let awaited = {
-                let mut children = parent.children().lock();
+            let awaited = parent.children().is_some_and(|children| {
+                let mut children = children.lock();
                 children.remove(self.cell.path.name(), self.cell.id);
                 children.awaited
-            };
+            });
             // Only a parent waiting for its children is woken; it re-checks the map under the
             // same lock, so it cannot miss this removal.
             if awaited {
@@ -316,7 +320,7 @@ impl<A: Actor> Runner<A> {
             id: self.cell.id,
         };
         for watcher in self.watchers.drain(..) {
-            let _ = watcher.send_system(SystemMsg::Terminated(terminated.clone()));
+            watcher.notify_terminated(terminated.clone());
         }
         self.cell.termination.mark_done();
     }
@@ -399,7 +403,7 @@ mod tests {
         // watcher's Watch and Unwatch.
         target.ask(|reply| reply).await.unwrap();
         assert_eq!(
-            Arc::strong_count(&watcher.cell),
+            Arc::strong_count(watcher.local_cell().unwrap()),
             1,
             "the target still references its dead watcher"
         );

@@ -18,6 +18,7 @@ mod singleton {
     use rand::{Rng, SeedableRng};
     use tokio::time::Instant;
     use troupe::cluster::{MemberStatus, MembershipSettings};
+    use troupe::singleton::ClusterSingleton;
     use troupe::singleton::{InMemoryLeaseArbiter, StartSingletonOptions};
     use troupe::testkit::{SimCluster, sim_address};
 
@@ -286,9 +287,7 @@ mod singleton {
                     options =
                         options.with_lease(arbiter.lease("scheduler", &sim_address(i).to_string()));
                 }
-                sim.node(i)
-                    .cluster
-                    .singleton()
+                ClusterSingleton::get(&sim.node(i).cluster)
                     .start(&key(Some("r")), options)
                     .unwrap();
             };

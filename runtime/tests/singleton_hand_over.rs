@@ -19,6 +19,7 @@ mod singleton {
     use tokio::time::Instant;
     use troupe::DeadLetter;
     use troupe::cluster::MembershipSettings;
+    use troupe::singleton::ClusterSingleton;
     use troupe::singleton::{ManagerMsg, SingletonEvent, StartSingletonOptions};
     use troupe::testkit::sim_address;
 
@@ -37,9 +38,7 @@ mod singleton {
         for i in 0..3 {
             let options =
                 StartSingletonOptions::new(worker(&oracle, sim_address(i), Duration::from_secs(3)));
-            sim.node(i)
-                .cluster
-                .singleton()
+            ClusterSingleton::get(&sim.node(i).cluster)
                 .start(&key(Some("r")), options)
                 .unwrap();
         }
@@ -119,7 +118,9 @@ mod singleton {
     async fn a_proxy_only_node_acknowledges_at_once() {
         let sim = cluster(203, &[&[], &[], &[]], MembershipSettings::default()).await;
         let oracle = Oracle::default();
-        sim.node(2).cluster.singleton().proxy(&key(None)).unwrap();
+        ClusterSingleton::get(&sim.node(2).cluster)
+            .proxy(&key(None))
+            .unwrap();
         let started = Instant::now();
         start_default(&sim, 0, &oracle, None);
         start_default(&sim, 1, &oracle, None);
@@ -259,10 +260,7 @@ mod singleton {
         let oracle = Oracle::default();
         let options = StartSingletonOptions::new(worker(&oracle, sim_address(0), Duration::ZERO))
             .with_acquire_retry_interval(Duration::ZERO);
-        let err = sim
-            .node(0)
-            .cluster
-            .singleton()
+        let err = ClusterSingleton::get(&sim.node(0).cluster)
             .start(&key(None), options)
             .unwrap_err();
         let message = err.to_string();
@@ -271,9 +269,7 @@ mod singleton {
         assert!(message.contains("got 0ms"), "{message}");
         // Nothing was started.
         assert!(
-            sim.node(0)
-                .cluster
-                .singleton()
+            ClusterSingleton::get(&sim.node(0).cluster)
                 .status(&key(None))
                 .await
                 .is_none()

@@ -14,6 +14,7 @@ mod singleton {
         Cmd, LIMIT, Oracle, assert_unique, cluster, hosted_on, key, start_default,
     };
     use troupe::cluster::{ClusterEvent, MembershipSettings};
+    use troupe::singleton::ClusterSingleton;
     use troupe::singleton::singleton_manager_path;
     use troupe::testkit::sim_address;
 
@@ -26,10 +27,7 @@ mod singleton {
             .collect();
         hosted_on(&sim, &oracle, 0).await;
         for i in 0..3 {
-            let status = sim
-                .node(i)
-                .cluster
-                .singleton()
+            let status = ClusterSingleton::get(&sim.node(i).cluster)
                 .status(&key(None))
                 .await
                 .unwrap();
@@ -100,10 +98,7 @@ mod singleton {
         start_default(&sim, 1, &oracle, Some("r"));
         start_default(&sim, 2, &oracle, Some("r"));
         // Node 0 only addresses it: it has the key, whose role says where to look.
-        let proxy = sim
-            .node(0)
-            .cluster
-            .singleton()
+        let proxy = ClusterSingleton::get(&sim.node(0).cluster)
             .proxy(&key(Some("r")))
             .unwrap();
         hosted_on(&sim, &oracle, 1).await;
@@ -148,10 +143,7 @@ mod singleton {
             "nobody promoted itself: {:?}",
             oracle.lives()
         );
-        let status = sim
-            .node(1)
-            .cluster
-            .singleton()
+        let status = ClusterSingleton::get(&sim.node(1).cluster)
             .status(&key(None))
             .await
             .unwrap();

@@ -17,6 +17,7 @@ mod singleton {
     };
     use tokio::time::Instant;
     use troupe::cluster::MembershipSettings;
+    use troupe::singleton::ClusterSingleton;
     use troupe::singleton::{
         FencingToken, InMemoryLease, InMemoryLeaseArbiter, Lease, LeaseFuture, LeaseLostCallback,
         LeaseOp, LeaseRecord, SingletonEvent, StartSingletonOptions,
@@ -59,9 +60,7 @@ mod singleton {
         let options = StartSingletonOptions::new(worker(oracle, sim_address(i), stop_delay))
             .with_lease(lease_of(arbiter, i))
             .with_acquire_retry_interval(Duration::from_secs(1));
-        sim.node(i)
-            .cluster
-            .singleton()
+        ClusterSingleton::get(&sim.node(i).cluster)
             .start(&key(None), options)
             .unwrap();
     }
@@ -137,7 +136,9 @@ mod singleton {
         let oracle = Oracle::default();
         let arbiter = InMemoryLeaseArbiter::new(Duration::from_secs(3));
         start_with_lease(&sim, 0, &oracle, &arbiter, Duration::from_secs(1));
-        let proxy = sim.node(0).cluster.singleton().proxy(&key(None)).unwrap();
+        let proxy = ClusterSingleton::get(&sim.node(0).cluster)
+            .proxy(&key(None))
+            .unwrap();
         hosted_on(&sim, &oracle, 0).await;
         for n in 0..50 {
             proxy.tell(Cmd::Job(n));
@@ -175,9 +176,7 @@ mod singleton {
             let options = StartSingletonOptions::new(worker(&oracle, sim_address(i), stop_delay))
                 .with_lease(lease_of(&arbiter, i))
                 .with_acquire_retry_interval(Duration::from_secs(1));
-            sim.node(i)
-                .cluster
-                .singleton()
+            ClusterSingleton::get(&sim.node(i).cluster)
                 .start(&key(Some("r")), options)
                 .unwrap();
         };

@@ -17,6 +17,7 @@ mod singleton {
     };
     use tokio::time::Instant;
     use troupe::cluster::MembershipSettings;
+    use troupe::singleton::ClusterSingleton;
     use troupe::singleton::{
         InMemoryLeaseArbiter, LeaseOp, SingletonEvent, StartSingletonOptions, StopReason,
     };
@@ -63,10 +64,7 @@ mod singleton {
         let props = worker(&oracle, sim_address(0), Duration::ZERO).with_supervisor(
             SupervisorStrategy::restart().with_restart_budget(1, Duration::from_secs(60)),
         );
-        let proxy = sim
-            .node(0)
-            .cluster
-            .singleton()
+        let proxy = ClusterSingleton::get(&sim.node(0).cluster)
             .start(&key(None), StartSingletonOptions::new(props))
             .unwrap();
         hosted_on(&sim, &oracle, 0).await;
@@ -127,16 +125,15 @@ mod singleton {
         sim.wait_all_up(3, LIMIT).await;
         sim.run_for(Duration::from_secs(3)).await;
         assert_eq!(oracle.lives().len(), 1);
-        let status = sim
-            .node(0)
-            .cluster
-            .singleton()
+        let status = ClusterSingleton::get(&sim.node(0).cluster)
             .status(&key(None))
             .await
             .unwrap();
         assert!(status.latched_out);
         // Stopping and starting the manager clears the latch: it re-elects, re-acquires, hosts.
-        sim.node(0).cluster.singleton().stop(&key(None)).await;
+        ClusterSingleton::get(&sim.node(0).cluster)
+            .stop(&key(None))
+            .await;
         start(&sim, 0, &oracle, None, |o| o.with_lease(lease));
         hosted_on(&sim, &oracle, 0).await;
         assert!(arbiter.holder("scheduler").is_some_and(|(o, _)| o == owner));
@@ -245,10 +242,7 @@ mod singleton {
             .unwrap();
         manager_on_1.tell(Cmd::Job(42));
         sim.run_for(Duration::from_millis(50)).await;
-        let status = sim
-            .node(1)
-            .cluster
-            .singleton()
+        let status = ClusterSingleton::get(&sim.node(1).cluster)
             .status(&key(None))
             .await
             .unwrap();
@@ -264,10 +258,7 @@ mod singleton {
         let mut sim = cluster(408, &[&[], &[]], MembershipSettings::default()).await;
         let oracle = Oracle::default();
         // Nobody carries the role yet.
-        let proxy = sim
-            .node(0)
-            .cluster
-            .singleton()
+        let proxy = ClusterSingleton::get(&sim.node(0).cluster)
             .proxy(&key(Some("r")))
             .unwrap();
         for n in 0..20 {
@@ -285,10 +276,7 @@ mod singleton {
     async fn the_proxy_buffer_overflows_into_dead_letters() {
         let sim = cluster(409, &[&[]], MembershipSettings::default()).await;
         let mut dead = sim.node(0).system.event_stream().subscribe::<DeadLetter>();
-        let proxy = sim
-            .node(0)
-            .cluster
-            .singleton()
+        let proxy = ClusterSingleton::get(&sim.node(0).cluster)
             .proxy_with_buffer_size(&key(Some("r")), 3)
             .unwrap();
         for n in 0..5 {
@@ -312,7 +300,9 @@ mod singleton {
         // Node 0 is the elected host, but only node 1 called start.
         let oracle = Oracle::default();
         start(&sim, 1, &oracle, None, |o| o);
-        let proxy = sim.node(0).cluster.singleton().proxy(&key(None)).unwrap();
+        let proxy = ClusterSingleton::get(&sim.node(0).cluster)
+            .proxy(&key(None))
+            .unwrap();
         proxy.tell(Cmd::Job(1));
         proxy.tell(Cmd::Job(2));
         sim.run_for(Duration::from_millis(5)).await;
@@ -363,7 +353,9 @@ mod singleton {
         sim.node(0).cluster.leave();
         hosted_on(&sim, &oracle, 1).await;
         // Stopped, node 1 is still the elected host: its proxy dead-letters at once.
-        sim.node(1).cluster.singleton().stop(&key(None)).await;
+        ClusterSingleton::get(&sim.node(1).cluster)
+            .stop(&key(None))
+            .await;
         proxy1.tell(Cmd::Job(99));
         sim.run_for(Duration::from_secs(3)).await;
         let mut kinds: BTreeSet<&'static str> = drain(&mut published)

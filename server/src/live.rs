@@ -58,7 +58,7 @@ impl LiveHub {
             let mut json = serde_json::json!({
                 "cluster": id.cluster,
                 "node": id.node,
-                "incarnation": id.incarnation,
+                "incarnation": id.incarnation.to_string(),
                 "at": crate::time::rfc3339(event.at_ms),
                 "at_ms": event.at_ms,
             });

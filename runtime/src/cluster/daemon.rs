@@ -15,7 +15,8 @@ use rand::rngs::SmallRng;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::membership::{Action, Input, Membership, MembershipSettings, SettingsError};
+use super::error::ClusterError;
+use super::membership::{Action, Input, Membership, MembershipSettings};
 use super::provider::{MembershipControl, MembershipProvider, ViewSink};
 use super::wire::{decode_cluster_frame, encode_cluster_frame};
 use crate::Address;
@@ -24,22 +25,8 @@ use crate::actor_ref::ActorRef;
 use crate::context::Context;
 use crate::props::Props;
 use crate::supervision::SupervisorStrategy;
-use crate::system::{ActorSystem, SpawnError};
+use crate::system::ActorSystem;
 use crate::transport::{InboundFrame, Transport};
-
-/// Why the cluster could not start.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ClusterError {
-    /// A settings value cannot work.
-    #[error("invalid cluster settings: {0}")]
-    Settings(#[from] SettingsError),
-    /// The daemon could not be spawned (a cluster already runs in this system?).
-    #[error("cannot start the cluster daemon: {0}")]
-    Spawn(#[from] SpawnError),
-    /// A membership provider could not start.
-    #[error("membership provider failed to start: {0}")]
-    Provider(String),
-}
 
 /// The daemon's messages.
 pub(crate) enum DaemonMsg {

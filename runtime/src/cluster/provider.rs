@@ -9,7 +9,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::Shared;
-use super::daemon::ClusterError;
+use super::error::ClusterError;
 use super::events::ClusterView;
 use crate::Address;
 use crate::remoting::Remoting;

@@ -25,7 +25,6 @@ use super::events::ClusterRouterEvent;
 use super::options::{ClusterRouterError, ClusterRouterOptions, ValidOptions};
 use super::routee_set::{Estimates, resume_cursor};
 use crate::actor::{Actor, ActorError};
-use crate::cell::Envelope;
 use crate::context::Context;
 use crate::dead_letter::{DeadLetter, DeadLetterReason};
 use crate::path::ActorPath;
@@ -147,11 +146,7 @@ impl<M: RemoteMessage> ClusterRouter<M> {
 
     fn deliver(&self, index: usize, message: M, ctx: &Context<Self>) {
         let routee = &self.current.routees[index];
-        let envelope = Envelope::Message {
-            message,
-            sender: Self::sender(ctx),
-        };
-        if routee.cell.deliver(envelope).is_err() {
+        if routee.try_tell_with(message, Self::sender(ctx)).is_err() {
             let node = self.current.table.nodes()[index].clone();
             let reason = DeadLetterReason::Other(format!("could not be sent to node {node}"));
             self.dead_letter(ctx, routee.path().clone(), Some(node), reason);

@@ -21,11 +21,6 @@ impl Remoting {
             return;
         };
         match channel {
-            crate::cluster::CLUSTER_CHANNEL => {
-                if let Some(frames) = self.cluster_frames.lock().as_ref() {
-                    let _ = frames.send(frame);
-                }
-            }
             ACTOR_CHANNEL => match WireEnvelope::decode(body) {
                 Ok(envelope) => self.deliver(&frame.from, envelope),
                 Err(error) => {
@@ -48,8 +43,20 @@ impl Remoting {
                 }
             },
             other => {
-                self.stats.malformed_frames.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(peer = %frame.from, channel = other, "dropped frame on unknown channel");
+                let owner = self.channels.read().get(&other).cloned();
+                match owner {
+                    Some(owner) => {
+                        let _ = owner.send(frame);
+                    }
+                    // Nobody owns it (yet: a peer may gossip before the cluster has started
+                    // here). Dropped, counted; the protocols above resend.
+                    None => {
+                        self.stats
+                            .unowned_channel_frames
+                            .fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(peer = %frame.from, channel = other, "dropped frame on a channel nobody owns");
+                    }
+                }
             }
         }
     }

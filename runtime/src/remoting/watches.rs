@@ -3,12 +3,11 @@
 
 use std::sync::{Arc, Weak};
 
-use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use super::{Remoting, SYSTEM_CHANNEL};
 use crate::address::{Address, UniqueAddress};
-use crate::cell::{ActorId, AnyCell, Children, SystemMsg, Termination};
+use crate::cell::{ActorId, SystemMsg, Watcher};
 use crate::death_watch::Terminated;
 use crate::path::ActorPath;
 
@@ -21,7 +20,8 @@ pub(super) enum RemoteSystemMsg {
     Terminated { path: String },
 }
 
-pub(super) type WatchingCells = Vec<Weak<dyn AnyCell>>;
+/// The refs on this node that watch one remote actor (each tells its own watchers).
+pub(super) type WatchingCells = Vec<Weak<dyn Watcher>>;
 
 impl Remoting {
     fn send_system(&self, to: &Address, message: &RemoteSystemMsg) -> bool {
@@ -31,8 +31,8 @@ impl Remoting {
         self.send_frame(to, Self::frame(SYSTEM_CHANNEL, &payload))
     }
 
-    /// A local watcher starts watching the remote actor behind `cell`.
-    pub(crate) fn watch_remote(&self, address: &Address, path: &str, cell: Weak<dyn AnyCell>) {
+    /// A local ref starts watching the remote actor it stands for.
+    pub(super) fn watch_remote(&self, address: &Address, path: &str, cell: Weak<dyn Watcher>) {
         let first = {
             let mut watched = self.watched.lock();
             let entry = watched
@@ -56,7 +56,7 @@ impl Remoting {
         }
     }
 
-    pub(crate) fn stop_remote(&self, address: &Address, path: &str, poison_pill: bool) {
+    pub(super) fn stop_remote(&self, address: &Address, path: &str, poison_pill: bool) {
         let message = if poison_pill {
             RemoteSystemMsg::PoisonPill {
                 path: path.to_owned(),
@@ -74,8 +74,13 @@ impl Remoting {
             .watched
             .lock()
             .remove(&(address.clone(), path.to_owned()));
-        for cell in cells.into_iter().flatten().filter_map(|c| c.upgrade()) {
-            cell.remote_terminated();
+        let Some(cells) = cells else { return };
+        let elements = path.to_owned();
+        for cell in cells.into_iter().filter_map(|c| c.upgrade()) {
+            cell.notify_terminated(Terminated {
+                path: ActorPath::remote(address, &elements),
+                id: cell.watcher_id(),
+            });
         }
     }
 
@@ -112,7 +117,7 @@ impl Remoting {
                     Ok(target) => {
                         if target
                             .cell
-                            .send_system(SystemMsg::Watch(proxy as Arc<dyn AnyCell>))
+                            .send_system(SystemMsg::Watch(proxy as Arc<dyn Watcher>))
                             .is_err()
                         {
                             self.send_system(&from.address, &RemoteSystemMsg::Terminated { path });
@@ -147,72 +152,34 @@ impl Remoting {
 /// Stands on this node for a remote node watching a local actor: a `Terminated` it receives is
 /// forwarded to that node.
 pub(super) struct WatcherProxy {
-    id: ActorId,
-    path: ActorPath,
+    pub(super) id: ActorId,
     remoting: Weak<Remoting>,
     node: Address,
-    children: Mutex<Children>,
-    termination: Termination,
 }
 
 impl WatcherProxy {
     pub(super) fn new(remoting: Weak<Remoting>, node: Address) -> Self {
-        let path = ActorPath::remote(&node, "/system/remote-watcher");
         Self {
             id: ActorId::next(),
-            path,
             remoting,
             node,
-            children: Mutex::new(Children::default()),
-            termination: Termination::default(),
         }
     }
 }
 
-impl AnyCell for WatcherProxy {
-    fn id(&self) -> ActorId {
+impl Watcher for WatcherProxy {
+    fn watcher_id(&self) -> ActorId {
         self.id
     }
 
-    fn path(&self) -> &ActorPath {
-        &self.path
-    }
-
-    fn message_type(&self) -> &'static str {
-        "troupe::remoting::WatcherProxy"
-    }
-
-    fn send_system(&self, message: SystemMsg) -> Result<(), SystemMsg> {
-        if let SystemMsg::Terminated(Terminated { path, .. }) = &message
-            && let Some(remoting) = self.remoting.upgrade()
-        {
+    fn notify_terminated(&self, terminated: Terminated) {
+        if let Some(remoting) = self.remoting.upgrade() {
             remoting.send_system(
                 &self.node,
                 &RemoteSystemMsg::Terminated {
-                    path: path.elements().to_owned(),
+                    path: terminated.path.elements().to_owned(),
                 },
             );
         }
-        Ok(())
-    }
-
-    fn children(&self) -> &Mutex<Children> {
-        &self.children
-    }
-
-    fn mailbox_depth(&self) -> usize {
-        0
-    }
-
-    fn termination(&self) -> &Termination {
-        &self.termination
-    }
-
-    fn poison_pill(&self) {}
-
-    fn remote_terminated(&self) {}
-
-    fn into_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync> {
-        self
     }
 }

@@ -198,7 +198,7 @@ pub enum StopReason {
     HandedOver,
     /// The lease was lost; the instance was stopped before re-acquiring.
     LeaseLost,
-    /// `cluster.singleton().stop(..)` stopped this node's manager.
+    /// `ClusterSingleton::get(&cluster).stop(..)` stopped this node's manager.
     ManagerStopped,
     /// The instance stopped on its own (`stop_self`, or its supervisor gave up).
     Unexpected,

@@ -288,6 +288,7 @@ pub(crate) struct ProxyActor<M: RemoteMessage> {
     warned_overflow: bool,
     subscription: Option<tokio::task::JoinHandle<()>>,
     fast: Arc<FastPath<M>>,
+    registry: Arc<super::Registry>,
 }
 
 impl<M: RemoteMessage> ProxyActor<M> {
@@ -297,9 +298,11 @@ impl<M: RemoteMessage> ProxyActor<M> {
         cluster: Cluster,
         buffer_size: usize,
         fast: Arc<FastPath<M>>,
+        registry: Arc<super::Registry>,
     ) -> Self {
         Self {
             fast,
+            registry,
             manager_elements: super::manager_elements(&type_name),
             me: cluster.self_address().clone(),
             type_name,
@@ -378,7 +381,7 @@ impl<M: RemoteMessage> ProxyActor<M> {
 
     /// The local manager if `start` is in effect on this node.
     fn local_manager(&mut self) -> Option<ActorRef<ManagerMsg>> {
-        let registry = self.cluster.singleton_registry();
+        let registry = &self.registry;
         let generation = registry.generation();
         match &self.local_manager {
             Some((cached, manager)) if *cached == generation => manager.clone(),

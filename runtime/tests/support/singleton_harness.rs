@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use troupe::Address;
 use troupe::cluster::MembershipSettings;
 use troupe::remoting::RemoteMessage;
+use troupe::singleton::ClusterSingleton;
 use troupe::singleton::{SingletonEvent, SingletonKey, SingletonProxy, StartSingletonOptions};
 use troupe::testkit::{SimCluster, sim_address};
 use troupe::{Actor, ActorError, Context, Props, ReplyTo, Subscription};
@@ -234,9 +235,7 @@ pub(crate) fn start(
         sim_address(i),
         Duration::ZERO,
     )));
-    sim.node(i)
-        .cluster
-        .singleton()
+    ClusterSingleton::get(&sim.node(i).cluster)
         .start(&key(role), options)
         .expect("singleton starts")
 }

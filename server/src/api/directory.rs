@@ -40,6 +40,8 @@ pub struct ClaimDto {
     /// The owning host.
     pub host: String,
     /// The revision that created the claim.
+    #[serde(with = "troupe_protocol::wire::u64_string")]
+    #[schema(value_type = String, format = "uint64")]
     pub revision: u64,
 }
 
@@ -89,6 +91,8 @@ pub struct SnapshotDto {
     /// The claims.
     pub claims: Vec<ClaimDto>,
     /// The revision they are current at; watch after it.
+    #[serde(with = "troupe_protocol::wire::u64_string")]
+    #[schema(value_type = String, format = "uint64")]
     pub revision: u64,
 }
 
@@ -96,6 +100,8 @@ pub struct SnapshotDto {
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct DirectoryEventDto {
     /// When it took effect.
+    #[serde(with = "troupe_protocol::wire::u64_string")]
+    #[schema(value_type = String, format = "uint64")]
     pub revision: u64,
     /// `claimed` or `released`.
     pub kind: String,

@@ -37,6 +37,8 @@ pub struct EventDto {
     /// The reporting node's address.
     pub node: String,
     /// The reporting node's incarnation.
+    #[serde(with = "troupe_protocol::wire::u64_string")]
+    #[schema(value_type = String, format = "uint64")]
     pub incarnation: u64,
     /// The event's fields as the agent sent them (with `kind`).
     #[schema(value_type = Object)]
@@ -57,8 +59,17 @@ impl From<EventRow> for EventDto {
             subject: row.subject,
             node: row.node,
             incarnation: row.incarnation as u64,
-            detail: serde_json::from_str(&row.detail).unwrap_or(serde_json::Value::Null),
+            detail: detail_json(&row.detail),
         }
+    }
+}
+
+/// A stored event body as JSON in today's wire form (u64 values as strings), whatever form it
+/// was stored in; a body that no longer parses is shown as stored.
+pub(crate) fn detail_json(stored: &str) -> serde_json::Value {
+    match serde_json::from_str::<troupe_protocol::EventBody>(stored) {
+        Ok(body) => serde_json::to_value(&body).unwrap_or(serde_json::Value::Null),
+        Err(_) => serde_json::from_str(stored).unwrap_or(serde_json::Value::Null),
     }
 }
 
@@ -160,4 +171,22 @@ pub async fn list(
         events: rows.into_iter().map(Into::into).collect(),
         next_cursor,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::detail_json;
+
+    #[test]
+    fn details_stored_with_numbers_are_shown_with_u64_strings() {
+        let stored = r#"{"kind":"SingletonHandOverCompleted","singleton":"s","new_host":"a:1","duration_ms":740}"#;
+        let shown = detail_json(stored);
+        assert_eq!(shown["duration_ms"], "740");
+        assert_eq!(shown["kind"], "SingletonHandOverCompleted");
+        assert_eq!(
+            detail_json(r#"{"kind":"Gone","x":1}"#)["x"],
+            1,
+            "kept as stored"
+        );
+    }
 }

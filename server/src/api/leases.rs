@@ -21,9 +21,13 @@ pub struct AcquireRequest {
     /// Who acquires (typically the node's address).
     pub owner: String,
     /// Time to live of the grant, milliseconds.
+    #[serde(with = "troupe_protocol::wire::u64_string")]
+    #[schema(value_type = String, format = "uint64")]
     pub ttl_ms: u64,
     /// How often the client renews, milliseconds; at most a third of the TTL. Default: a
     /// fifth of the TTL.
+    #[serde(default, with = "troupe_protocol::wire::option_u64_string")]
+    #[schema(value_type = Option<String>, format = "uint64")]
     pub renew_interval_ms: Option<u64>,
 }
 
@@ -34,6 +38,8 @@ pub struct GrantRequest {
     /// The holder.
     pub owner: String,
     /// The grant's fencing token.
+    #[serde(with = "troupe_protocol::wire::u64_string")]
+    #[schema(value_type = String, format = "uint64")]
     pub token: u64,
 }
 
@@ -45,10 +51,16 @@ pub struct LeaseGrantDto {
     /// The asking owner (or, in `GET`, the holder).
     pub owner: String,
     /// The fencing token of the grant.
+    #[serde(with = "troupe_protocol::wire::option_u64_string")]
+    #[schema(value_type = Option<String>, format = "uint64")]
     pub token: Option<u64>,
     /// The grant's time to live, milliseconds.
+    #[serde(with = "troupe_protocol::wire::option_u64_string")]
+    #[schema(value_type = Option<String>, format = "uint64")]
     pub ttl_ms: Option<u64>,
     /// Milliseconds until the server releases the grant unless renewed.
+    #[serde(with = "troupe_protocol::wire::option_u64_string")]
+    #[schema(value_type = Option<String>, format = "uint64")]
     pub expires_in_ms: Option<u64>,
 }
 

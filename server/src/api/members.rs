@@ -27,6 +27,8 @@ pub struct MemberDto {
     /// Its address.
     pub node: String,
     /// Its incarnation (Akka's `nodeUid`).
+    #[serde(with = "troupe_protocol::wire::u64_string")]
+    #[schema(value_type = String, format = "uint64")]
     pub node_uid: u64,
     /// `joining`, `weakly-up`, `up`, `leaving`, `exiting`, `down` or `removed`.
     pub status: String,

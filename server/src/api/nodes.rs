@@ -34,6 +34,8 @@ pub struct NodeDto {
     /// Its address.
     pub node: String,
     /// Its incarnation.
+    #[serde(with = "troupe_protocol::wire::u64_string")]
+    #[schema(value_type = String, format = "uint64")]
     pub incarnation: u64,
     /// The machine it runs on (`meta.node`).
     pub meta_node: Option<String>,

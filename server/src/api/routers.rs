@@ -99,9 +99,11 @@ pub struct DepthPoint {
     /// Mean summed depth over the bucket's ticks.
     pub mean: f64,
     /// Largest summed depth in the bucket.
+    #[serde(with = "troupe_protocol::wire::u64_string")]
+    #[schema(value_type = String, format = "uint64")]
     pub max: u64,
     /// Ticks in the bucket.
-    pub ticks: u64,
+    pub ticks: u32,
 }
 
 /// One node's series.
@@ -194,7 +196,7 @@ pub(crate) fn bucket(
                     at: datetime(start),
                     mean: acc.sum as f64 / acc.ticks as f64,
                     max: acc.max,
-                    ticks: acc.ticks,
+                    ticks: u32::try_from(acc.ticks).unwrap_or(u32::MAX),
                 })
                 .collect(),
         })

@@ -1,0 +1,18 @@
+//! Why a cluster could not start.
+
+use super::membership::SettingsError;
+use crate::system::SpawnError;
+
+/// Why the cluster could not start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClusterError {
+    /// A settings value cannot work.
+    #[error("invalid cluster settings: {0}")]
+    Settings(#[from] SettingsError),
+    /// The daemon could not be spawned (a cluster already runs in this system?).
+    #[error("cannot start the cluster daemon: {0}")]
+    Spawn(#[from] SpawnError),
+    /// A membership provider could not start.
+    #[error("membership provider failed to start: {0}")]
+    Provider(String),
+}
