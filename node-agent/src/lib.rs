@@ -261,6 +261,7 @@ impl Agent {
         let metrics = Arc::new(metrics::AgentMetrics::new());
         metrics.count_dead_letters(&system);
         metrics.watch_transport(cluster_transport);
+        metrics.count_runtime_events(&system, &cluster);
         let management = management::ManagementServer::serve(
             management_listener,
             management::Sources {
@@ -290,8 +291,10 @@ impl Agent {
         // After the reporter, so that it sees the demo router and singleton start.
         let demo = config.demo.then(|| demo::start(&cluster)).transpose()?;
         if demo.is_some() {
-            // The demo worker's depth on /metrics, as this node's routee of the demo router.
+            // The demo worker's depth on /metrics: as this node's routee of the demo router,
+            // and alone (so the per-path series and dashboards have something to show).
             metrics.watch_depth(demo::WORKER_PATH, Some(demo::ROUTER_PATH));
+            metrics.watch_depth(demo::WORKER_PATH, None);
         }
         tracing::info!(node = %cluster.self_node(), management = %management_url, "agent started");
         Ok(Self {
