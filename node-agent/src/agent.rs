@@ -256,6 +256,7 @@ impl AgentBuilder {
         let transport = TcpTransport::bind(transport_config, inbound_tx)
             .await
             .map_err(|e| AgentError::Transport(e.to_string()))?;
+        let cluster_transport = Arc::clone(&transport);
         let gossip = matches!(membership_choice, MembershipChoice::Gossip(_));
         let cluster = match membership_choice {
             MembershipChoice::Gossip(settings) => {
@@ -326,6 +327,8 @@ impl AgentBuilder {
         }
         let metrics = Arc::new(metrics::AgentMetrics::new());
         metrics.count_dead_letters(&system);
+        metrics.watch_transport(cluster_transport);
+        metrics.count_runtime_events(&system, &cluster);
         let management = management::ManagementServer::serve(
             management_listener,
             management::Sources {
@@ -393,8 +396,10 @@ impl AgentBuilder {
         // After the reporter, so that it sees the application's routers and singletons start.
         let demo = if config.demo {
             let demo = demo::start_in(&context)?;
-            // The demo worker's depth on /metrics, as this node's routee of the demo router.
+            // The demo worker's depth on /metrics: as this node's routee of the demo router,
+            // and alone (so the per-path series and dashboards have something to show).
             metrics.watch_depth(demo::WORKER_PATH, Some(demo::ROUTER_PATH));
+            metrics.watch_depth(demo::WORKER_PATH, None);
             Some(demo)
         } else {
             None
