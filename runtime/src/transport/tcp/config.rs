@@ -7,6 +7,7 @@ use crate::transport::frame::DEFAULT_MAX_FRAME_SIZE;
 use crate::transport::handshake::ClusterSecret;
 use crate::transport::tls::TlsConfig;
 
+/// Settings of a [`TcpTransport`](super::TcpTransport). Defaults are documented on each setter.
 #[derive(Debug, Clone)]
 pub struct TcpTransportConfig {
     pub(super) bind: SocketAddr,
