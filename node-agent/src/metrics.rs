@@ -1,14 +1,21 @@
 //! The agent's Prometheus metrics (`/metrics` on the management listener, OpenMetrics text).
 //!
 //! Every name starts with `troupe_agent_`. Labels are bounded: dead-letter reasons and member
-//! statuses are closed sets; mailbox depth is one series per *watched* path or router (the
+//! statuses are closed sets, each with a series from the start; mailbox depth is one series per *watched* path or router (the
 //! application registers them with [`crate::Agent::watch_depth`]), never one per actor — a
 //! router's routees are summed into one series per router.
 //!
 //! Counters that other parts already keep (the reporter's) and gauges that describe current
 //! state (membership, depths, buffer) are read at scrape time, so nothing here runs per message
 //! except the dead-letter count.
+//!
+//! Leader changes and the singleton managers' events (hand-overs and their durations, the
+//! instance hosted here, held, flushed and dead-lettered messages) are counted from the cluster
+//! subscription and the event stream ([`AgentMetrics::count_runtime_events`]); singleton series
+//! are labelled by the singleton's name (the application's closed set) and exist, at 0, from the
+//! first event of that singleton on this node, so "no node hosts it" is a query, not an absence.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -16,8 +23,12 @@ use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEn
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
-use troupe::cluster::{Cluster, MemberStatus};
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+use troupe::cluster::{Cluster, ClusterEvent, ClusterNotification, MemberStatus};
+use troupe::singleton::{DeadLetterCause, SingletonEvent};
+use troupe::transport::admission::Pool;
+use troupe::transport::{CloseReason, ProtocolVersions, TcpTransport};
 use troupe::{ActorSystem, DeadLetter, DeadLetterReason};
 
 use crate::health::{Health, HealthState};
@@ -41,6 +52,17 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Every reason: each has a series from the start (at 0), so a rate over one is 0, not
+    /// empty, before the first such dead letter.
+    pub const ALL: [Self; 6] = [
+        Self::RecipientStopped,
+        Self::UnknownRecipient,
+        Self::MailboxFull,
+        Self::AskerGone,
+        Self::NoRoutees,
+        Self::Other,
+    ];
+
     /// The label value of a runtime reason.
     #[must_use]
     pub fn of(reason: &DeadLetterReason) -> Self {
@@ -102,6 +124,366 @@ struct StateLabels {
     state: String,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SingletonLabels {
+    singleton: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HandOverLabels {
+    singleton: String,
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SingletonCauseLabels {
+    singleton: String,
+    cause: &'static str,
+}
+
+/// The label value of why singleton messages became dead letters (a closed set).
+fn cause(cause: DeadLetterCause) -> &'static str {
+    match cause {
+        DeadLetterCause::HoldFull => "hold_full",
+        DeadLetterCause::HoldExpired => "hold_expired",
+        DeadLetterCause::NotHosting => "not_hosting",
+        DeadLetterCause::NoManager => "no_manager",
+        DeadLetterCause::Undecodable => "undecodable",
+    }
+}
+
+const CAUSES: [DeadLetterCause; 5] = [
+    DeadLetterCause::HoldFull,
+    DeadLetterCause::HoldExpired,
+    DeadLetterCause::NotHosting,
+    DeadLetterCause::NoManager,
+    DeadLetterCause::Undecodable,
+];
+
+const HAND_OVER_OUTCOMES: [&str; 2] = ["completed", "timed_out"];
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Hand-over rounds last from milliseconds (peers answer at once) to the hand-over timeout
+/// (10 s by default): 5 ms .. ~41 s.
+fn hand_over_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.005, 2.0, 14))
+}
+
+/// The singleton series of this node, one set per singleton name.
+#[derive(Debug)]
+struct SingletonMetrics {
+    hosting: Family<SingletonLabels, Gauge>,
+    hand_overs: Family<HandOverLabels, Counter>,
+    hand_over_duration: HistogramFamily<SingletonLabels>,
+    holds: Family<SingletonLabels, Counter>,
+    flushed: Family<SingletonLabels, Counter>,
+    dead_letters: Family<SingletonCauseLabels, Counter>,
+    /// Per singleton: when this node's open hand-over round started.
+    started: Mutex<HashMap<String, tokio::time::Instant>>,
+}
+
+impl SingletonMetrics {
+    fn register(registry: &mut Registry) -> Self {
+        let hosting = Family::<SingletonLabels, Gauge>::default();
+        registry.register(
+            "troupe_agent_singleton_hosting",
+            "1 while this node runs the singleton's instance, 0 while it runs only its manager",
+            hosting.clone(),
+        );
+        let hand_overs = Family::<HandOverLabels, Counter>::default();
+        registry.register(
+            "troupe_agent_singleton_hand_overs",
+            "Hand-over rounds this node finished before hosting, by outcome (completed: every \
+             peer acknowledged; timed_out: hosted anyway with peers silent)",
+            hand_overs.clone(),
+        );
+        let hand_over_duration: HistogramFamily<SingletonLabels> =
+            Family::new_with_constructor(hand_over_histogram);
+        registry.register_with_unit(
+            "troupe_agent_singleton_hand_over_duration",
+            "Time from asking the peers to step down to hosting, per hand-over round",
+            Unit::Seconds,
+            hand_over_duration.clone(),
+        );
+        let holds = Family::<SingletonLabels, Counter>::default();
+        registry.register(
+            "troupe_agent_singleton_holds",
+            "Times messages for the singleton started waiting on this node for an instance",
+            holds.clone(),
+        );
+        let flushed = Family::<SingletonLabels, Counter>::default();
+        registry.register(
+            "troupe_agent_singleton_messages_flushed",
+            "Held messages delivered to a new instance on this node, in send order",
+            flushed.clone(),
+        );
+        let dead_letters = Family::<SingletonCauseLabels, Counter>::default();
+        registry.register(
+            "troupe_agent_singleton_dead_letters",
+            "Messages for the singleton that went to dead letters on this node, by cause",
+            dead_letters.clone(),
+        );
+        Self {
+            hosting,
+            hand_overs,
+            hand_over_duration,
+            holds,
+            flushed,
+            dead_letters,
+            started: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Every series of `singleton`, created at 0 the first time it is seen.
+    fn know(&self, singleton: &str) {
+        let labels = SingletonLabels {
+            singleton: singleton.to_owned(),
+        };
+        let _ = self.hosting.get_or_create(&labels);
+        let _ = self.hand_over_duration.get_or_create(&labels);
+        let _ = self.holds.get_or_create(&labels);
+        let _ = self.flushed.get_or_create(&labels);
+        for outcome in HAND_OVER_OUTCOMES {
+            let _ = self.hand_overs.get_or_create(&HandOverLabels {
+                singleton: singleton.to_owned(),
+                outcome,
+            });
+        }
+        for c in CAUSES {
+            let _ = self.dead_letters.get_or_create(&SingletonCauseLabels {
+                singleton: singleton.to_owned(),
+                cause: cause(c),
+            });
+        }
+    }
+
+    fn hand_over_finished(
+        &self,
+        singleton: &str,
+        outcome: &'static str,
+        took: std::time::Duration,
+    ) {
+        self.hand_overs
+            .get_or_create(&HandOverLabels {
+                singleton: singleton.to_owned(),
+                outcome,
+            })
+            .inc();
+        self.hand_over_duration
+            .get_or_create(&SingletonLabels {
+                singleton: singleton.to_owned(),
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    fn event(&self, event: &SingletonEvent) {
+        let name = event.type_name();
+        self.know(name);
+        let labels = SingletonLabels {
+            singleton: name.to_owned(),
+        };
+        match event {
+            SingletonEvent::HandOverStarted { .. } => {
+                self.started
+                    .lock()
+                    .insert(name.to_owned(), tokio::time::Instant::now());
+            }
+            SingletonEvent::HandOverCompleted { waited, .. } => {
+                self.started.lock().remove(name);
+                self.hand_over_finished(name, "completed", *waited);
+            }
+            SingletonEvent::HandOverTimedOut { .. } => {
+                let took = self
+                    .started
+                    .lock()
+                    .remove(name)
+                    .map_or(std::time::Duration::ZERO, |at| at.elapsed());
+                self.hand_over_finished(name, "timed_out", took);
+            }
+            SingletonEvent::InstanceStarted { .. } | SingletonEvent::InstanceRestarted { .. } => {
+                self.hosting.get_or_create(&labels).set(1);
+            }
+            SingletonEvent::InstanceStopped { .. } => {
+                self.hosting.get_or_create(&labels).set(0);
+            }
+            SingletonEvent::MessagesHeld { .. } => {
+                self.holds.get_or_create(&labels).inc();
+            }
+            SingletonEvent::MessagesFlushed { count, .. } => {
+                self.flushed
+                    .get_or_create(&labels)
+                    .inc_by(u64::try_from(*count).unwrap_or(u64::MAX));
+            }
+            SingletonEvent::MessagesDeadLettered { count, reason, .. } => {
+                self.dead_letters
+                    .get_or_create(&SingletonCauseLabels {
+                        singleton: name.to_owned(),
+                        cause: cause(*reason),
+                    })
+                    .inc_by(u64::try_from(*count).unwrap_or(u64::MAX));
+            }
+            // Elections and lease steps change no series (the host's `hosting` does).
+            _ => {}
+        }
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabels {
+    protocol_version: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RefusedLabels {
+    local: String,
+    peer: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolLabels {
+    pool: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BoundLabels {
+    bound: String,
+}
+
+/// The cluster transport's counters and gauges (`troupe_agent_transport_*`).
+#[derive(Debug, Default)]
+struct TransportMetrics {
+    source: Mutex<Option<Arc<TcpTransport>>>,
+    closed: Family<CloseReasonLabels, Counter>,
+    handshakes: Family<OutcomeLabels, Counter>,
+    established: Family<VersionLabels, Counter>,
+    refused_versions: Family<RefusedLabels, Counter>,
+    warnings_suppressed: Counter,
+    pending: Family<PoolLabels, Gauge>,
+    known_sources: Gauge,
+    protocol_version: Family<BoundLabels, Gauge>,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CloseReasonLabels {
+    reason: String,
+}
+
+impl TransportMetrics {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "troupe_agent_transport_connections_closed",
+            "Cluster connections closed, by reason (source_limit and evicted: handshake admission under a flood)",
+            self.closed.clone(),
+        );
+        registry.register(
+            "troupe_agent_transport_handshakes",
+            "Cluster handshakes, by outcome (ok, rejected)",
+            self.handshakes.clone(),
+        );
+        registry.register(
+            "troupe_agent_transport_handshakes_established",
+            "Cluster handshakes completed, by the protocol version they agreed on",
+            self.established.clone(),
+        );
+        registry.register(
+            "troupe_agent_transport_version_refused",
+            "Cluster handshakes refused for want of a common protocol version, by both nodes' versions",
+            self.refused_versions.clone(),
+        );
+        registry.register(
+            "troupe_agent_transport_warnings_suppressed",
+            "Warnings about closed cluster connections left out by the global log rate limit",
+            self.warnings_suppressed.clone(),
+        );
+        registry.register(
+            "troupe_agent_transport_pending_handshakes",
+            "Accepted cluster connections in their handshake, by admission pool",
+            self.pending.clone(),
+        );
+        registry.register(
+            "troupe_agent_transport_known_sources",
+            "Source addresses that proved the cluster secret (their reconnects get reserved slots)",
+            self.known_sources.clone(),
+        );
+        registry.register(
+            "troupe_agent_transport_protocol_version",
+            "The lowest and highest cluster protocol versions this node speaks",
+            self.protocol_version.clone(),
+        );
+    }
+
+    fn observe(&self) {
+        let Some(transport) = self.source.lock().clone() else {
+            return;
+        };
+        let stats = transport.stats_snapshot();
+        for reason in CloseReason::ALL {
+            catch_up(
+                &self.closed.get_or_create(&CloseReasonLabels {
+                    reason: reason.as_str().to_owned(),
+                }),
+                stats.closed(reason),
+            );
+        }
+        for (outcome, total) in [
+            ("ok", stats.handshakes_ok),
+            ("rejected", stats.handshakes_rejected),
+        ] {
+            catch_up(
+                &self.handshakes.get_or_create(&OutcomeLabels {
+                    outcome: outcome.to_owned(),
+                }),
+                total,
+            );
+        }
+        for (version, total) in &stats.established_by_version {
+            catch_up(
+                &self.established.get_or_create(&VersionLabels {
+                    protocol_version: version.to_string(),
+                }),
+                *total,
+            );
+        }
+        // Bounded: the transport counts at most 16 peer ranges and one "other".
+        let local = ProtocolVersions::THIS_BUILD.to_string();
+        for (peer, total) in &stats.refused_versions {
+            catch_up(
+                &self.refused_versions.get_or_create(&RefusedLabels {
+                    local: local.clone(),
+                    peer: peer.to_string(),
+                }),
+                *total,
+            );
+        }
+        catch_up(&self.warnings_suppressed, stats.warnings_suppressed);
+        for pool in [Pool::Reserved, Pool::General] {
+            self.pending
+                .get_or_create(&PoolLabels {
+                    pool: pool.as_str().to_owned(),
+                })
+                .set(i64::try_from(transport.pending_handshakes(pool)).unwrap_or(i64::MAX));
+        }
+        self.known_sources
+            .set(i64::try_from(transport.known_sources()).unwrap_or(i64::MAX));
+        for (bound, version) in [
+            ("lowest", ProtocolVersions::THIS_BUILD.lowest()),
+            ("highest", ProtocolVersions::THIS_BUILD.highest()),
+        ] {
+            self.protocol_version
+                .get_or_create(&BoundLabels {
+                    bound: bound.to_owned(),
+                })
+                .set(i64::from(version));
+        }
+    }
+}
+
 /// A path whose mailbox depth is exported: alone (one series per path), or as a routee of
 /// `router` (summed into one series per router).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,6 +508,9 @@ pub struct AgentMetrics {
     batches_shipped: Counter,
     batches_failed: Counter,
     events_buffered: Counter,
+    leader_changes: Counter,
+    singletons: SingletonMetrics,
+    transport: TransportMetrics,
     watches: Mutex<Vec<DepthWatch>>,
     /// One scrape at a time: catching counters up from their sources is read-then-add.
     scrape: Mutex<()>,
@@ -150,6 +535,9 @@ impl AgentMetrics {
     pub fn new() -> Self {
         let mut registry = Registry::default();
         let dead_letters = Family::<ReasonLabels, Counter>::default();
+        for reason in Reason::ALL {
+            let _ = dead_letters.get_or_create(&ReasonLabels { reason });
+        }
         registry.register(
             "troupe_agent_dead_letters",
             "Messages that could not be delivered on this node, by reason",
@@ -221,6 +609,15 @@ impl AgentMetrics {
             "Events handed to the reporter's buffer",
             events_buffered.clone(),
         );
+        let leader_changes = Counter::default();
+        registry.register(
+            "troupe_agent_leader_changes",
+            "Cluster leader changes this node saw",
+            leader_changes.clone(),
+        );
+        let singletons = SingletonMetrics::register(&mut registry);
+        let transport = TransportMetrics::default();
+        transport.register(&mut registry);
         Self {
             registry,
             dead_letters,
@@ -235,6 +632,9 @@ impl AgentMetrics {
             batches_shipped,
             batches_failed,
             events_buffered,
+            leader_changes,
+            singletons,
+            transport,
             watches: Mutex::new(Vec::new()),
             scrape: Mutex::new(()),
         }
@@ -261,6 +661,11 @@ impl AgentMetrics {
         }
     }
 
+    /// Export the counters of the cluster transport (`troupe_agent_transport_*`).
+    pub fn watch_transport(&self, transport: Arc<TcpTransport>) {
+        *self.transport.source.lock() = Some(transport);
+    }
+
     /// Count `system`'s dead letters from now on (a task that ends with the event stream).
     pub fn count_dead_letters(self: &Arc<Self>, system: &ActorSystem) {
         let mut letters = system.event_stream().subscribe::<DeadLetter>();
@@ -268,6 +673,27 @@ impl AgentMetrics {
         tokio::spawn(async move {
             while let Some(letter) = letters.recv().await {
                 metrics.dead_letter(&letter);
+            }
+        });
+    }
+
+    /// Count leader changes (from `cluster`) and singleton events (from `system`'s event
+    /// stream) from now on: two tasks that end with the cluster and the event stream.
+    pub fn count_runtime_events(self: &Arc<Self>, system: &ActorSystem, cluster: &Cluster) {
+        let mut cluster_events = cluster.subscribe();
+        let metrics = Arc::clone(self);
+        tokio::spawn(async move {
+            while let Some(notification) = cluster_events.recv().await {
+                if let ClusterNotification::Event(ClusterEvent::LeaderChanged(_)) = notification {
+                    metrics.leader_changes.inc();
+                }
+            }
+        });
+        let mut singleton_events = system.event_stream().subscribe::<SingletonEvent>();
+        let metrics = Arc::clone(self);
+        tokio::spawn(async move {
+            while let Some(event) = singleton_events.recv().await {
+                metrics.singletons.event(&event);
             }
         });
     }
@@ -295,6 +721,7 @@ impl AgentMetrics {
         if let Some(reporter) = reporter {
             self.observe_reporter(reporter);
         }
+        self.transport.observe();
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);

@@ -90,23 +90,16 @@ fn free_port() -> u16 {
 }
 
 fn config(port: u16, seed: u16, control_plane: Option<&str>) -> AgentConfig {
-    AgentConfig {
-        system: "mgmt".into(),
-        bind: format!("127.0.0.1:{port}").parse().unwrap(),
-        advertised_host: None,
-        management_bind: "127.0.0.1:0".parse().unwrap(),
-        drain_delay_ms: 0,
-        seeds: vec![format!("troupe://mgmt@127.0.0.1:{seed}").parse().unwrap()],
-        roles: vec![],
-        secret: "management test secret, long enough".into(),
-        down_after_ms: 5_000,
-        events_json: false,
-        control_plane: control_plane.map(ToOwned::to_owned),
-        ingest_token: "test-token".into(),
-        node_name: None,
-        report_interval_ms: 50,
-        demo: false,
-    }
+    let mut config = AgentConfig::new(
+        "mgmt",
+        format!("127.0.0.1:{port}").parse().unwrap(),
+        "management test secret, long enough",
+    );
+    config.seeds = vec![format!("troupe://mgmt@127.0.0.1:{seed}").parse().unwrap()];
+    config.control_plane = control_plane.map(ToOwned::to_owned);
+    config.ingest_token = "test-token".into();
+    config.report_interval_ms = 50;
+    config
 }
 
 /// The value of the sample `series` (name with labels, exactly as exposed), if present.
@@ -257,8 +250,8 @@ async fn metrics_show_dead_letters_membership_depths_and_reporter_traffic() {
             &text,
             r#"troupe_agent_dead_letters_total{reason="mailbox_full"}"#
         ),
-        None,
-        "only reasons that happened have a series"
+        Some(0.0),
+        "reasons that did not happen are at 0"
     );
     let text = scrape_until(
         &client,
@@ -341,7 +334,7 @@ async fn metrics_show_dead_letters_membership_depths_and_reporter_traffic() {
     )
     .await;
     // It leaves: the first node counts one again.
-    second.shutdown(Duration::from_secs(5)).await;
+    second.shutdown().await;
     scrape_until(
         &client,
         &agent,
@@ -351,7 +344,7 @@ async fn metrics_show_dead_letters_membership_depths_and_reporter_traffic() {
     .await;
 
     gate.add_permits(100);
-    agent.shutdown(Duration::from_secs(5)).await;
+    agent.shutdown().await;
     // The reporter's last batch told the control plane what the probes said on the way out.
     assert_eq!(
         received.health_reports(),
@@ -438,7 +431,7 @@ async fn probes_follow_the_agent_from_ready_to_fenced_and_the_reporter_says_the_
     assert_eq!(post.status(), 405);
 
     let addr = agent.management_addr();
-    agent.shutdown(Duration::from_secs(5)).await;
+    agent.shutdown().await;
     assert!(
         client
             .get(format!("http://{addr}/_troupe/health"))
@@ -543,5 +536,82 @@ async fn dropped_items_are_counted_by_kind_while_the_control_plane_is_away() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    agent.shutdown(Duration::from_secs(5)).await;
+    agent.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn singleton_hosting_hand_overs_and_leader_changes_are_counted() {
+    let client = reqwest::Client::new();
+    let hosting = r#"troupe_agent_singleton_hosting{singleton="job-scheduler"}"#;
+    let completed =
+        r#"troupe_agent_singleton_hand_overs_total{singleton="job-scheduler",outcome="completed"}"#;
+    let first_port = free_port();
+    let first = Agent::start(AgentConfig {
+        demo: true,
+        ..config(first_port, first_port, None)
+    })
+    .await
+    .unwrap();
+    // Alone: it hands over to nobody (a round with no peers completes) and hosts.
+    scrape_until(&client, &first, hosting, |v| v == 1.0).await;
+    let text = scrape_until(&client, &first, completed, |v| v >= 1.0).await;
+    assert!(sample(&text, "troupe_agent_leader_changes_total").is_some_and(|v| v >= 1.0));
+    assert!(
+        sample(
+            &text,
+            r#"troupe_agent_singleton_hand_over_duration_seconds_count{singleton="job-scheduler"}"#
+        )
+        .is_some_and(|v| v >= 1.0),
+        "{text}"
+    );
+    // Series that have not happened yet are there at 0, so queries over them are not empty.
+    for series in [
+        r#"troupe_agent_singleton_hand_overs_total{singleton="job-scheduler",outcome="timed_out"}"#,
+        r#"troupe_agent_singleton_dead_letters_total{singleton="job-scheduler",cause="hold_full"}"#,
+        r#"troupe_agent_singleton_messages_flushed_total{singleton="job-scheduler"}"#,
+    ] {
+        assert!(sample(&text, series).is_some(), "{series} missing:\n{text}");
+    }
+
+    // A second node runs the manager too; exactly one of the two hosts.
+    let second_port = free_port();
+    let second = Agent::start(AgentConfig {
+        demo: true,
+        ..config(second_port, first_port, None)
+    })
+    .await
+    .unwrap();
+    scrape_until(
+        &client,
+        &second,
+        r#"troupe_agent_members{status="up"}"#,
+        |v| v == 2.0,
+    )
+    .await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let a = sample(&scrape(&client, &first).await, hosting);
+        let b = sample(&scrape(&client, &second).await, hosting);
+        if a.zip(b).is_some_and(|(a, b)| a + b == 1.0) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never exactly one host: first {a:?}, second {b:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The first leaves: the second hosts after a hand-over round of its own.
+    first.shutdown().await;
+    scrape_until(&client, &second, hosting, |v| v == 1.0).await;
+    let text = scrape(&client, &second).await;
+    let rounds = sample(&text, completed).unwrap_or(0.0)
+        + sample(
+            &text,
+            r#"troupe_agent_singleton_hand_overs_total{singleton="job-scheduler",outcome="timed_out"}"#,
+        )
+        .unwrap_or(0.0);
+    assert!(rounds >= 1.0, "no hand-over round counted:\n{text}");
+    assert!(sample(&text, "troupe_agent_leader_changes_total").is_some_and(|v| v >= 1.0));
+    second.shutdown().await;
 }

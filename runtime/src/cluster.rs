@@ -37,8 +37,8 @@ pub use error::ClusterError;
 pub use events::{ClusterEvent, ClusterView};
 pub use failure_detector::FailureDetectorSettings;
 pub use member::{Member, MemberStatus};
-pub use membership::{MembershipSettings, SettingsError};
-pub use provider::{MembershipControl, MembershipProvider, ViewSink};
+pub use membership::{Downing, MembershipSettings, SettingsError};
+pub use provider::{Departure, MembershipControl, MembershipProvider, ViewSink};
 
 pub(crate) use events::diff;
 use wire::CLUSTER_CHANNEL;
@@ -96,6 +96,8 @@ pub(crate) struct Shared {
     view: ClusterView,
     subscribers: Vec<Subscriber>,
     terminated: bool,
+    /// How this node left, once it has (set once, by the provider).
+    departure: tokio::sync::watch::Sender<Option<Departure>>,
     /// Every new view, including changes no event names (such as convergence).
     views: tokio::sync::watch::Sender<ClusterView>,
 }
@@ -174,6 +176,7 @@ impl Cluster {
             },
             subscribers: Vec::new(),
             terminated: false,
+            departure: tokio::sync::watch::channel(None).0,
             views: tokio::sync::watch::channel(ClusterView::default()).0,
         }));
         let sink = ViewSink {
@@ -289,6 +292,23 @@ impl Cluster {
             if views.changed().await.is_err() {
                 return self.view();
             }
+        }
+    }
+
+    /// How this node left the cluster, once it has (see [`Departure`]).
+    #[must_use]
+    pub fn departure(&self) -> Option<Departure> {
+        self.inner.shared.lock().departure.borrow().clone()
+    }
+
+    /// Wait until this node has left the cluster, and say how: gracefully, stopped, or
+    /// fenced (downed, removed, its membership token lost). A host process turns a fence
+    /// into a non-zero exit so that it restarts with a fresh incarnation.
+    pub async fn departed(&self) -> Departure {
+        let mut departure = self.inner.shared.lock().departure.subscribe();
+        match departure.wait_for(Option::is_some).await {
+            Ok(departure) => departure.clone().unwrap_or(Departure::Stopped),
+            Err(_) => Departure::Stopped,
         }
     }
 

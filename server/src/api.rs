@@ -17,10 +17,7 @@ pub mod routers;
 pub mod singletons;
 pub mod stream;
 
-use actix_web::body::MessageBody;
-use actix_web::dev::{ServiceRequest, ServiceResponse};
-use actix_web::{middleware, web};
-use tracing::Instrument;
+use actix_web::web;
 
 use crate::state::AppState;
 
@@ -33,7 +30,6 @@ pub fn configure(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
             .route("/readyz", web::get().to(probes::readyz))
             .service(
                 web::scope("/api/v1")
-                    .wrap(middleware::from_fn(trace_request))
                     .route("/ingest", web::post().to(ingest::ingest))
                     .configure(leases::routes)
                     .configure(directory::routes)
@@ -80,30 +76,4 @@ pub fn configure(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
                     ),
             );
     }
-}
-
-/// Wraps each API request in a span named after its route (`GET /api/v1/clusters/{cluster}`),
-/// which OpenTelemetry exports when tracing is on.
-async fn trace_request(
-    req: ServiceRequest,
-    next: middleware::Next<impl MessageBody>,
-) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    let method = req.method().clone();
-    // The app's resource map knows the route before the scope has routed the request.
-    let route = req
-        .resource_map()
-        .match_pattern(req.path())
-        .unwrap_or_else(|| "unmatched".to_owned());
-    let span = tracing::info_span!(
-        "request",
-        otel.name = %format!("{method} {route}"),
-        otel.kind = "server",
-        http.request.method = %method,
-        http.route = %route,
-        url.path = %req.path(),
-        http.response.status_code = tracing::field::Empty,
-    );
-    let response = next.call(req).instrument(span.clone()).await?;
-    span.record("http.response.status_code", response.status().as_u16());
-    Ok(response)
 }

@@ -22,11 +22,11 @@ use troupe_coordination::postgres::PgCoordination;
 
 use crate::config::Config;
 use crate::coordination::Coordination;
-use crate::otel::{Endpoint, EventExport, ExportError};
+use crate::otel::{Endpoint, EventExport, ExportError, Signal};
 use crate::state::{AppState, ShutdownTrigger};
 use crate::store::{Store, StoreError};
 use crate::time::now_ms;
-use crate::{api, ui};
+use crate::{api, observe, ui};
 
 /// Rows retention deletes per table and statement; small enough that ingest never waits long.
 const RETENTION_CHUNK: i64 = 5_000;
@@ -138,15 +138,12 @@ impl App {
         let local_addr = listener.local_addr()?;
         let workers = config.workers;
         let shutdown_timeout = config.shutdown_timeout_secs;
-        let export = match Endpoint::from_config(&config) {
+        let export = match Endpoint::for_signal(&config, Signal::Logs)? {
             Some(endpoint) => {
-                let protocol = config.otlp_protocol.clone();
                 // The exporter's blocking HTTP client must be made off the runtime.
-                let export = tokio::task::spawn_blocking(move || {
-                    EventExport::new(&endpoint, protocol.as_deref())
-                })
-                .await
-                .map_err(std::io::Error::other)??;
+                let export = tokio::task::spawn_blocking(move || EventExport::new(&endpoint))
+                    .await
+                    .map_err(std::io::Error::other)??;
                 tracing::info!(
                     url = export.url(),
                     "exporting stored events as OTLP log records"
@@ -172,6 +169,7 @@ impl App {
         let app_state = state.clone();
         let mut server = HttpServer::new(move || {
             actix_web::App::new()
+                .wrap(middleware::from_fn(observe::request))
                 .wrap(
                     // Ingest and scrapes are counted in /metrics; logging each would drown
                     // the log at production rates.

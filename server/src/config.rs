@@ -86,6 +86,13 @@ pub struct Config {
     #[arg(long, env = "TROUPE_RETENTION_DAYS", default_value_t = 7)]
     pub retention_days: u32,
 
+    /// Seconds an agent's per-agent metric series (`troupe_agent_lag_seconds`,
+    /// `troupe_agent_last_report_timestamp_seconds`) outlive its last report before they are
+    /// removed from `/metrics`. At least 1.
+    #[arg(long, env = "TROUPE_AGENT_SERIES_TTL_SECS", default_value_t = 300,
+        value_parser = clap::value_parser!(u64).range(1..))]
+    pub agent_series_ttl_secs: u64,
+
     /// Largest ingest request body accepted, in bytes; larger ones get 413.
     #[arg(long, env = "TROUPE_MAX_BODY_BYTES", default_value_t = 8 * 1024 * 1024)]
     pub max_body_bytes: usize,
@@ -98,18 +105,38 @@ pub struct Config {
     #[arg(long, env = "TROUPE_SHUTDOWN_TIMEOUT_SECS", default_value_t = 30)]
     pub shutdown_timeout_secs: u64,
 
-    /// OTLP base URL for exporting stored events as OpenTelemetry log records (`/v1/logs` is
-    /// appended). Unset: no export.
+    /// OTLP base URL for every signal: stored events leave as log records to `<url>/v1/logs`,
+    /// request spans to `<url>/v1/traces`. Unset (and no per-signal URL): no export.
     #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
 
-    /// Full OTLP logs URL; wins over --otlp-endpoint.
+    /// Full OTLP logs URL (used as is); wins over --otlp-endpoint for log records.
     #[arg(long, env = "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT")]
     pub otlp_logs_endpoint: Option<String>,
 
-    /// OTLP transport; only http/protobuf is supported.
+    /// Full OTLP traces URL (used as is); wins over --otlp-endpoint for spans.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")]
+    pub otlp_traces_endpoint: Option<String>,
+
+    /// OTLP transport of every signal; only http/protobuf is supported.
     #[arg(long, env = "OTEL_EXPORTER_OTLP_PROTOCOL")]
     pub otlp_protocol: Option<String>,
+
+    /// OTLP transport of log records; wins over --otlp-protocol (only http/protobuf).
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL")]
+    pub otlp_logs_protocol: Option<String>,
+
+    /// OTLP transport of spans; wins over --otlp-protocol (only http/protobuf).
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")]
+    pub otlp_traces_protocol: Option<String>,
+
+    /// Log-record exporter: `otlp` (default) or `none`.
+    #[arg(long, env = "OTEL_LOGS_EXPORTER")]
+    pub otel_logs_exporter: Option<String>,
+
+    /// Span exporter: `otlp` (default) or `none`.
+    #[arg(long, env = "OTEL_TRACES_EXPORTER")]
+    pub otel_traces_exporter: Option<String>,
 
     /// Turn OpenTelemetry export off whatever the endpoint settings.
     #[arg(long, env = "OTEL_SDK_DISABLED", default_value_t = false)]
@@ -142,16 +169,28 @@ impl Config {
             coordination_prefix: "/troupe/coordination/".to_owned(),
             coordination_schema: "troupe_coordination".to_owned(),
             retention_days: 7,
+            agent_series_ttl_secs: 300,
             max_body_bytes: 8 * 1024 * 1024,
             workers: None,
             shutdown_timeout_secs: 30,
             otlp_endpoint: None,
             otlp_logs_endpoint: None,
+            otlp_traces_endpoint: None,
             otlp_protocol: None,
+            otlp_logs_protocol: None,
+            otlp_traces_protocol: None,
+            otel_logs_exporter: None,
+            otel_traces_exporter: None,
             otel_sdk_disabled: false,
             log_json: false,
             log_filter: "info".to_owned(),
         }
+    }
+
+    /// How long a silent agent's metric series are kept.
+    #[must_use]
+    pub fn agent_series_ttl(&self) -> Duration {
+        Duration::from_secs(self.agent_series_ttl_secs.max(1))
     }
 
     /// How long history is kept, if it expires.

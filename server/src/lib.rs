@@ -29,6 +29,7 @@ pub mod coordination;
 pub mod error;
 pub mod live;
 pub mod metrics;
+pub mod observe;
 pub mod otel;
 pub mod paging;
 mod request;

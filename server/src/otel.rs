@@ -1,15 +1,22 @@
 //! OpenTelemetry export: every stored event also leaves as an OTLP log record.
 //!
-//! On when an OTLP endpoint is configured (`OTEL_EXPORTER_OTLP_ENDPOINT`, or the logs-only
-//! `OTEL_EXPORTER_OTLP_LOGS_ENDPOINT`) and `OTEL_SDK_DISABLED` is not `true`. Transport is
-//! http/protobuf (the OTLP default, port 4318). The SDK reads the other standard variables
-//! itself: `OTEL_EXPORTER_OTLP_HEADERS`, `OTEL_EXPORTER_OTLP_TIMEOUT`, `OTEL_SERVICE_NAME`
-//! (default here: `troupe-server`), `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_BLRP_*`.
+//! # Configuration
+//! The standard variables, each signal on its own ([`Endpoint::for_signal`]): a signal is
+//! exported when its endpoint (`OTEL_EXPORTER_OTLP_LOGS_ENDPOINT`,
+//! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, used as given) or the base endpoint
+//! (`OTEL_EXPORTER_OTLP_ENDPOINT`, with `/v1/logs` or `/v1/traces` appended) is set, unless
+//! `OTEL_SDK_DISABLED=true` or its exporter (`OTEL_LOGS_EXPORTER`, `OTEL_TRACES_EXPORTER`) is
+//! `none`. Transport is http/protobuf (`OTEL_EXPORTER_OTLP_[LOGS_|TRACES_]PROTOCOL`; another
+//! protocol is refused at start). The SDK reads the rest itself, per signal before the generic
+//! one: `OTEL_EXPORTER_OTLP_[LOGS_|TRACES_]HEADERS`, `…_TIMEOUT`, `…_COMPRESSION` (`gzip`),
+//! and `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_BLRP_*`, `OTEL_BSP_*`,
+//! `OTEL_TRACES_SAMPLER[_ARG]`.
 //!
 //! # Records
 //! One log record per stored event (dead letters included), after its batch committed: event
-//! name = the kind (`MemberUp`), timestamp = the event's time on the agent, body = the event's
-//! JSON, attributes `troupe.cluster`, `troupe.node`, `troupe.incarnation`, `troupe.event.kind`,
+//! name = the kind (`MemberUp`), timestamp = the event's time on the agent, body = the event
+//! as a structured map (the ingest JSON without `at_ms`; u64 values as strings), attributes
+//! `troupe.cluster`, `troupe.node`, `troupe.incarnation` (a string), `troupe.event.kind`,
 //! `troupe.event.category`, `troupe.event.subject`. Severity is WARN for dead letters, downs,
 //! unreachability, hand-over timeouts, lost leases and fencing; INFO otherwise.
 //!
@@ -32,40 +39,116 @@ use crate::config::Config;
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
     /// The OTLP exporter could not be built.
-    #[error("building the OTLP log exporter failed: {0}")]
+    #[error("building the OTLP exporter failed: {0}")]
     Exporter(#[from] opentelemetry_otlp::ExporterBuildError),
     /// A protocol other than http/protobuf was asked for.
-    #[error("OTEL_EXPORTER_OTLP_PROTOCOL={0} is not supported; use http/protobuf")]
-    Protocol(String),
+    #[error("{variable}={value} is not supported; use http/protobuf")]
+    Protocol {
+        /// The variable (or flag) that asked.
+        variable: &'static str,
+        /// What it asked for.
+        value: String,
+    },
+    /// An exporter other than `otlp` or `none` was asked for.
+    #[error("{variable}={value} is not supported; use otlp or none")]
+    UnsupportedExporter {
+        /// The variable (or flag) that asked.
+        variable: &'static str,
+        /// What it asked for.
+        value: String,
+    },
 }
 
-/// Where the records go.
+/// A kind of telemetry the server exports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    /// Stored events as log records (`/v1/logs`).
+    Logs,
+    /// The server's request spans (`/v1/traces`).
+    Traces,
+}
+
+impl Signal {
+    fn path(self) -> &'static str {
+        match self {
+            Self::Logs => "/v1/logs",
+            Self::Traces => "/v1/traces",
+        }
+    }
+}
+
+/// Where one signal goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Endpoint {
-    /// A base URL; `/v1/logs` is appended (`OTEL_EXPORTER_OTLP_ENDPOINT`).
+    /// A base URL; the signal's path (`/v1/logs`, `/v1/traces`) is appended
+    /// (`OTEL_EXPORTER_OTLP_ENDPOINT`).
     Base(String),
-    /// The full logs URL (`OTEL_EXPORTER_OTLP_LOGS_ENDPOINT`).
-    Logs(String),
+    /// The signal's full URL, used as is (`OTEL_EXPORTER_OTLP_LOGS_ENDPOINT`,
+    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`).
+    Signal(String),
 }
 
 impl Endpoint {
-    /// The configured endpoint, if export is on.
-    #[must_use]
-    pub fn from_config(config: &Config) -> Option<Self> {
+    /// Where `signal` goes as configured, or `None` when it is not exported: the SDK is
+    /// disabled, the signal's exporter is `none`, or no endpoint (per-signal or base) is set.
+    /// A protocol other than http/protobuf, or an exporter other than `otlp`/`none`, is an error.
+    pub fn for_signal(config: &Config, signal: Signal) -> Result<Option<Self>, ExportError> {
+        let (exporter, exporter_var, signal_url, protocol, protocol_var) = match signal {
+            Signal::Logs => (
+                config.otel_logs_exporter.as_deref(),
+                "OTEL_LOGS_EXPORTER",
+                config.otlp_logs_endpoint.as_deref(),
+                config.otlp_logs_protocol.as_deref(),
+                "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL",
+            ),
+            Signal::Traces => (
+                config.otel_traces_exporter.as_deref(),
+                "OTEL_TRACES_EXPORTER",
+                config.otlp_traces_endpoint.as_deref(),
+                config.otlp_traces_protocol.as_deref(),
+                "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+            ),
+        };
         if config.otel_sdk_disabled {
-            return None;
+            return Ok(None);
         }
-        config
-            .otlp_logs_endpoint
-            .clone()
-            .map(Self::Logs)
-            .or_else(|| config.otlp_endpoint.clone().map(Self::Base))
+        match exporter.map(str::trim).filter(|e| !e.is_empty()) {
+            None | Some("otlp") => {}
+            Some("none") => return Ok(None),
+            Some(other) => {
+                return Err(ExportError::UnsupportedExporter {
+                    variable: exporter_var,
+                    value: other.to_owned(),
+                });
+            }
+        }
+        let (protocol, protocol_var) = match protocol {
+            Some(p) => (Some(p), protocol_var),
+            None => (
+                config.otlp_protocol.as_deref(),
+                "OTEL_EXPORTER_OTLP_PROTOCOL",
+            ),
+        };
+        if let Some(protocol) = protocol.map(str::trim).filter(|p| !p.is_empty())
+            && protocol != "http/protobuf"
+        {
+            return Err(ExportError::Protocol {
+                variable: protocol_var,
+                value: protocol.to_owned(),
+            });
+        }
+        let nonempty = |v: Option<&str>| v.filter(|v| !v.trim().is_empty()).map(str::to_owned);
+        Ok(nonempty(signal_url)
+            .map(Self::Signal)
+            .or_else(|| nonempty(config.otlp_endpoint.as_deref()).map(Self::Base)))
     }
 
-    fn logs_url(&self) -> String {
+    /// The URL `signal` is posted to.
+    #[must_use]
+    pub fn url(&self, signal: Signal) -> String {
         match self {
-            Self::Base(base) => format!("{}/v1/logs", base.trim_end_matches('/')),
-            Self::Logs(url) => url.clone(),
+            Self::Base(base) => format!("{}{}", base.trim_end_matches('/'), signal.path()),
+            Self::Signal(url) => url.clone(),
         }
     }
 }
@@ -81,13 +164,8 @@ pub struct EventExport {
 impl EventExport {
     /// Sets up the exporter for `endpoint`. Call it off the async runtime (the blocking HTTP
     /// client must not be created or dropped on a runtime thread).
-    pub fn new(endpoint: &Endpoint, protocol: Option<&str>) -> Result<Self, ExportError> {
-        if let Some(protocol) = protocol
-            && protocol != "http/protobuf"
-        {
-            return Err(ExportError::Protocol(protocol.to_owned()));
-        }
-        let url = endpoint.logs_url();
+    pub fn new(endpoint: &Endpoint) -> Result<Self, ExportError> {
+        let url = endpoint.url(Signal::Logs);
         let exporter = LogExporter::builder()
             .with_http()
             .with_protocol(Protocol::HttpBinary)
@@ -123,12 +201,12 @@ impl EventExport {
             let severity = severity(&event.body);
             record.set_severity_number(severity);
             record.set_severity_text(severity.name());
-            record.set_body(AnyValue::from(
-                serde_json::to_string(&event.body).unwrap_or_default(),
-            ));
+            record.set_body(
+                serde_json::to_value(&event.body).map_or(AnyValue::Map(Box::default()), any_value),
+            );
             record.add_attribute("troupe.cluster", id.cluster.clone());
             record.add_attribute("troupe.node", id.node.clone());
-            record.add_attribute("troupe.incarnation", id.incarnation as i64);
+            record.add_attribute("troupe.incarnation", id.incarnation.to_string());
             record.add_attribute("troupe.event.kind", kind.as_str());
             record.add_attribute("troupe.event.category", kind.category().as_str());
             if let Some(subject) = event.body.subject() {
@@ -153,16 +231,53 @@ impl EventExport {
     }
 }
 
-/// The resource every export carries: the `OTEL_*` environment's, named `troupe-server` unless
-/// the environment names it.
+/// The resource every export carries: the `OTEL_*` environment's (`OTEL_SERVICE_NAME`,
+/// `OTEL_RESOURCE_ATTRIBUTES`), with `service.name` = `troupe-server` and `service.version` =
+/// this build's version unless the environment sets them.
 pub(crate) fn resource() -> Resource {
     let mut resource = Resource::builder();
-    let named_by_env = std::env::var_os("OTEL_SERVICE_NAME").is_some()
-        || std::env::var("OTEL_RESOURCE_ATTRIBUTES").is_ok_and(|a| a.contains("service.name"));
-    if !named_by_env {
+    let attributes = std::env::var("OTEL_RESOURCE_ATTRIBUTES").unwrap_or_default();
+    let set_by_env = |key: &str| {
+        attributes
+            .split(',')
+            .any(|pair| pair.split_once('=').is_some_and(|(k, _)| k.trim() == key))
+    };
+    if std::env::var_os("OTEL_SERVICE_NAME").is_none() && !set_by_env("service.name") {
         resource = resource.with_service_name("troupe-server");
     }
+    if !set_by_env("service.version") {
+        resource = resource.with_attribute(opentelemetry::KeyValue::new(
+            "service.version",
+            env!("CARGO_PKG_VERSION"),
+        ));
+    }
     resource.build()
+}
+
+/// A JSON value as an OpenTelemetry value: objects become maps, arrays lists; integers that
+/// do not fit an `i64` become strings.
+fn any_value(value: serde_json::Value) -> AnyValue {
+    use serde_json::Value;
+    match value {
+        Value::Null => AnyValue::String("".into()),
+        Value::Bool(b) => AnyValue::Boolean(b),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => AnyValue::Int(i),
+            None if n.is_u64() => AnyValue::String(n.to_string().into()),
+            None => AnyValue::Double(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Value::String(s) => AnyValue::String(s.into()),
+        Value::Array(items) => {
+            AnyValue::ListAny(Box::new(items.into_iter().map(any_value).collect()))
+        }
+        Value::Object(fields) => AnyValue::Map(Box::new(
+            fields
+                .into_iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (opentelemetry::Key::from(k), any_value(v)))
+                .collect(),
+        )),
+    }
 }
 
 fn severity(body: &EventBody) -> Severity {
@@ -175,5 +290,111 @@ fn severity(body: &EventBody) -> Severity {
         | EventBody::LeaseLost(_) => Severity::Warn,
         EventBody::AgentHealthChanged(h) if h.health == AgentHealth::Fenced => Severity::Warn,
         _ => Severity::Info,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(adjust: impl FnOnce(&mut Config)) -> Config {
+        let mut config = Config::defaults();
+        adjust(&mut config);
+        config
+    }
+
+    fn url(config: &Config, signal: Signal) -> Option<String> {
+        Endpoint::for_signal(config, signal)
+            .unwrap()
+            .map(|e| e.url(signal))
+    }
+
+    #[test]
+    fn each_signal_uses_its_own_endpoint_as_given_or_the_base_with_its_path() {
+        let base = config(|c| c.otlp_endpoint = Some("http://collector:4318/".into()));
+        assert_eq!(
+            url(&base, Signal::Logs).as_deref(),
+            Some("http://collector:4318/v1/logs")
+        );
+        assert_eq!(
+            url(&base, Signal::Traces).as_deref(),
+            Some("http://collector:4318/v1/traces")
+        );
+        let traces_only = config(|c| c.otlp_traces_endpoint = Some("http://t:1/spans".into()));
+        assert_eq!(
+            url(&traces_only, Signal::Traces).as_deref(),
+            Some("http://t:1/spans")
+        );
+        assert_eq!(url(&traces_only, Signal::Logs), None);
+        let both = config(|c| {
+            c.otlp_endpoint = Some("http://base:4318".into());
+            c.otlp_logs_endpoint = Some("http://logs:1/in".into());
+        });
+        assert_eq!(
+            url(&both, Signal::Logs).as_deref(),
+            Some("http://logs:1/in")
+        );
+        assert_eq!(
+            url(&both, Signal::Traces).as_deref(),
+            Some("http://base:4318/v1/traces")
+        );
+        assert_eq!(
+            url(&config(|_| {}), Signal::Traces),
+            None,
+            "export is opt-in"
+        );
+    }
+
+    #[test]
+    fn a_signal_is_off_when_the_sdk_is_disabled_or_its_exporter_is_none() {
+        let on = |c: &mut Config| c.otlp_endpoint = Some("http://collector:4318".into());
+        let disabled = config(|c| {
+            on(c);
+            c.otel_sdk_disabled = true;
+        });
+        assert_eq!(url(&disabled, Signal::Logs), None);
+        let no_traces = config(|c| {
+            on(c);
+            c.otel_traces_exporter = Some("none".into());
+        });
+        assert_eq!(url(&no_traces, Signal::Traces), None);
+        assert!(url(&no_traces, Signal::Logs).is_some());
+    }
+
+    #[test]
+    fn another_protocol_or_exporter_is_refused_naming_the_variable() {
+        let grpc = config(|c| {
+            c.otlp_endpoint = Some("http://collector:4318".into());
+            c.otlp_traces_protocol = Some("grpc".into());
+        });
+        let error = Endpoint::for_signal(&grpc, Signal::Traces).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=grpc is not supported; use http/protobuf"
+        );
+        assert!(Endpoint::for_signal(&grpc, Signal::Logs).is_ok());
+        let zipkin = config(|c| c.otel_logs_exporter = Some("zipkin".into()));
+        assert_eq!(
+            Endpoint::for_signal(&zipkin, Signal::Logs)
+                .unwrap_err()
+                .to_string(),
+            "OTEL_LOGS_EXPORTER=zipkin is not supported; use otlp or none"
+        );
+    }
+
+    #[test]
+    fn event_bodies_become_maps_with_lists_and_without_nulls() {
+        let value = any_value(serde_json::json!({"a": [1, "x"], "b": null, "c": {"d": true}}));
+        let AnyValue::Map(map) = value else {
+            panic!("{value:?}")
+        };
+        assert_eq!(map.len(), 2);
+        assert!(
+            matches!(&map[&opentelemetry::Key::from("a")], AnyValue::ListAny(l) if l.len() == 2)
+        );
+        assert!(matches!(
+            &map[&opentelemetry::Key::from("c")],
+            AnyValue::Map(_)
+        ));
     }
 }

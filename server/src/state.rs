@@ -46,8 +46,8 @@ impl AppState {
             store,
             tokens: Tokens::new(ingest_token, config.admin_token.clone())
                 .with_coordination(config.coordination_token.clone()),
+            metrics: Arc::new(Metrics::new(config.agent_series_ttl())),
             config: Arc::new(config),
-            metrics: Arc::new(Metrics::new()),
             live: LiveHub::default(),
             shutdown: receiver,
             export: None,

@@ -212,6 +212,14 @@ impl Store {
         }
     }
 
+    /// The OpenTelemetry `db.system.name` of the backend.
+    fn db_system(&self) -> &'static str {
+        match self.backend {
+            Backend::Postgres(_) => "postgresql",
+            Backend::Sqlite(_) => "sqlite",
+        }
+    }
+
     /// Closes the pool, waiting for connections to be returned.
     pub async fn close(&self) {
         with_pool!(self, |pool| pool.close().await);
@@ -219,10 +227,12 @@ impl Store {
 
     /// Stores `batch` whole, or recognises it as stored before; see the module docs.
     #[tracing::instrument(name = "store.ingest", skip_all, fields(
-        cluster = %batch.identity.cluster,
-        node = %batch.identity.node,
-        sequence = batch.sequence,
-        events = batch.events.len(),
+        troupe.cluster = %batch.identity.cluster,
+        troupe.node = %batch.identity.node,
+        troupe.incarnation = %batch.identity.incarnation,
+        troupe.batch.sequence = %batch.sequence,
+        troupe.batch.events = batch.events.len() as i64,
+        db.system.name = self.db_system(),
     ))]
     pub async fn ingest(
         &self,

@@ -1,6 +1,7 @@
 //! Logging and tracing: `tracing` to stderr as text or JSON lines, filtered by `--log-filter`;
-//! with an OTLP endpoint (`OTEL_EXPORTER_OTLP_ENDPOINT`) the server's own request spans also
-//! leave as OpenTelemetry traces (http/protobuf, `<endpoint>/v1/traces`).
+//! with a traces endpoint (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, or
+//! `OTEL_EXPORTER_OTLP_ENDPOINT` + `/v1/traces`; see [`crate::otel`]) the server's own request
+//! spans also leave as OpenTelemetry traces (http/protobuf).
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, SpanExporter, WithExportConfig};
@@ -10,7 +11,7 @@ use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
 use crate::config::Config;
-use crate::otel::{Endpoint, ExportError, resource};
+use crate::otel::{Endpoint, ExportError, Signal, resource};
 
 /// What [`init`] installed; flush or shut it down before exiting.
 #[derive(Debug, Default)]
@@ -38,13 +39,9 @@ impl Telemetry {
     }
 }
 
-/// The traces URL for the configured base endpoint, if request tracing is on.
-#[must_use]
-pub fn traces_url(config: &Config) -> Option<String> {
-    match Endpoint::from_config(config)? {
-        Endpoint::Base(base) => Some(format!("{}/v1/traces", base.trim_end_matches('/'))),
-        Endpoint::Logs(_) => None,
-    }
+/// The traces URL as configured, if request tracing is on.
+pub fn traces_url(config: &Config) -> Result<Option<String>, ExportError> {
+    Ok(Endpoint::for_signal(config, Signal::Traces)?.map(|e| e.url(Signal::Traces)))
 }
 
 /// Installs the global subscriber (a second call, as in tests, keeps the first). Call it
@@ -59,7 +56,7 @@ pub fn init(config: &Config) -> Result<Telemetry, ExportError> {
         fmt.boxed()
     };
     let mut telemetry = Telemetry::default();
-    let otel = match traces_url(config) {
+    let otel = match traces_url(config)? {
         Some(url) => {
             let exporter = SpanExporter::builder()
                 .with_http()
@@ -72,7 +69,15 @@ pub fn init(config: &Config) -> Result<Telemetry, ExportError> {
                 .build();
             let tracer = provider.tracer("troupe-server");
             telemetry.tracer_provider = Some(provider);
-            Some(tracing_opentelemetry::layer().with_tracer(tracer))
+            // `target`, `level`, `busy_ns`, `idle_ns` are not semantic-convention attributes;
+            // `code.*` and `thread.*` are.
+            Some(
+                tracing_opentelemetry::layer()
+                    .with_target(false)
+                    .with_level(false)
+                    .with_tracked_inactivity(false)
+                    .with_tracer(tracer),
+            )
         }
         None => None,
     };

@@ -343,11 +343,29 @@ impl HttpClient {
         bearer: Option<&str>,
         body: &[u8],
     ) -> std::io::Result<HttpResponse> {
-        match self.try_request(method, path, bearer, body) {
+        let authorization = bearer.map(|token| format!("Bearer {token}"));
+        let headers: Vec<(&str, &str)> = authorization
+            .as_deref()
+            .map(|value| ("Authorization", value))
+            .into_iter()
+            .collect();
+        self.request_with_headers(method, path, &headers, body)
+    }
+
+    /// Sends one request with extra headers; reconnects once if the kept-alive connection was
+    /// closed.
+    pub fn request_with_headers(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> std::io::Result<HttpResponse> {
+        match self.try_request(method, path, headers, body) {
             Ok(response) => Ok(response),
             Err(_) => {
                 self.stream = None;
-                self.try_request(method, path, bearer, body)
+                self.try_request(method, path, headers, body)
             }
         }
     }
@@ -356,7 +374,7 @@ impl HttpClient {
         &mut self,
         method: &str,
         path: &str,
-        bearer: Option<&str>,
+        headers: &[(&str, &str)],
         body: &[u8],
     ) -> std::io::Result<HttpResponse> {
         use std::io::{BufRead, Read, Write};
@@ -371,8 +389,8 @@ impl HttpClient {
             self.addr,
             body.len()
         );
-        if let Some(token) = bearer {
-            head.push_str(&format!("Authorization: Bearer {token}\r\n"));
+        for (name, value) in headers {
+            head.push_str(&format!("{name}: {value}\r\n"));
         }
         head.push_str("\r\n");
         let stream = reader.get_mut();

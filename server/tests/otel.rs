@@ -54,6 +54,24 @@ fn string_value(value: &Option<AnyValue>) -> Option<String> {
     }
 }
 
+fn string(value: &str) -> AnyValue {
+    AnyValue {
+        value: Some(any_value::Value::StringValue(value.to_owned())),
+    }
+}
+
+/// A structured (map) body, by key.
+fn map(body: &Option<AnyValue>) -> HashMap<String, AnyValue> {
+    match body.as_ref().and_then(|b| b.value.as_ref()) {
+        Some(any_value::Value::KvlistValue(list)) => list
+            .values
+            .iter()
+            .filter_map(|kv| Some((kv.key.clone(), kv.value.clone()?)))
+            .collect(),
+        other => panic!("the body is not a map: {other:?}"),
+    }
+}
+
 fn attributes(attributes: &[KeyValue]) -> HashMap<String, String> {
     attributes
         .iter()
@@ -65,7 +83,7 @@ fn attributes(attributes: &[KeyValue]) -> HashMap<String, String> {
 async fn stored_events_are_exported_as_otlp_log_records_with_troupe_attributes() {
     let (base, mut received) = receiver();
     let endpoint = Endpoint::Base(base);
-    let export = tokio::task::spawn_blocking(move || EventExport::new(&endpoint, None))
+    let export = tokio::task::spawn_blocking(move || EventExport::new(&endpoint))
         .await
         .unwrap()
         .expect("exporter");
@@ -82,7 +100,7 @@ async fn stored_events_are_exported_as_otlp_log_records_with_troupe_attributes()
         init_service(actix_web::App::new().configure(troupe_server::api::configure(state))).await;
 
     let batch = BatchBuilder::new("app", "10.0.0.1:2552", 1)
-        .incarnation(77)
+        .incarnation(15_365_700_884_095_386_388)
         .member(
             1_700_000_000_000,
             EventBody::MemberUp,
@@ -137,6 +155,10 @@ async fn stored_events_are_exported_as_otlp_log_records_with_troupe_attributes()
         resource.get("service.name").map(String::as_str),
         Some("troupe-server")
     );
+    assert_eq!(
+        resource.get("service.version").map(String::as_str),
+        Some(env!("CARGO_PKG_VERSION"))
+    );
     let names: Vec<_> = records.iter().map(|r| r.event_name.as_str()).collect();
     assert_eq!(
         names,
@@ -146,7 +168,18 @@ async fn stored_events_are_exported_as_otlp_log_records_with_troupe_attributes()
     let member_up = attributes(&records[0].attributes);
     assert_eq!(member_up["troupe.cluster"], "app");
     assert_eq!(member_up["troupe.node"], "10.0.0.1:2552");
-    assert_eq!(member_up["troupe.incarnation"], "77");
+    assert_eq!(
+        member_up["troupe.incarnation"], "15365700884095386388",
+        "a string, never a wrapped negative"
+    );
+    assert!(matches!(
+        records[0]
+            .attributes
+            .iter()
+            .find(|kv| kv.key == "troupe.incarnation")
+            .and_then(|kv| kv.value.as_ref()?.value.as_ref()),
+        Some(any_value::Value::StringValue(_))
+    ));
     assert_eq!(member_up["troupe.event.kind"], "MemberUp");
     assert_eq!(member_up["troupe.event.category"], "membership");
     assert_eq!(member_up["troupe.event.subject"], "10.0.0.2:2552");
@@ -155,11 +188,19 @@ async fn stored_events_are_exported_as_otlp_log_records_with_troupe_attributes()
 
     let timeout = &records[1];
     assert_eq!(timeout.severity_text, "WARN");
-    let body = string_value(&timeout.body).unwrap();
-    assert!(
-        body.contains(r#""silent_peers":["10.0.0.3:2552"]"#),
-        "{body}"
+    let body = map(&timeout.body);
+    assert_eq!(body["kind"], string("SingletonHandOverTimedOut"));
+    assert_eq!(body["singleton"], string("Scheduler"));
+    assert_eq!(
+        body["duration_ms"],
+        string("10000"),
+        "u64 values are strings"
     );
+    let Some(any_value::Value::ArrayValue(peers)) = body["silent_peers"].value.clone() else {
+        panic!("silent_peers is a list: {body:?}");
+    };
+    assert_eq!(peers.values, [string("10.0.0.3:2552")]);
+    assert!(!body.contains_key("role"), "absent fields are left out");
     assert_eq!(
         attributes(&records[2].attributes)["troupe.event.category"],
         "dead-letter"

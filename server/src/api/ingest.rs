@@ -71,10 +71,12 @@ async fn receive(
         .metrics
         .store_write(store_started.elapsed().as_secs_f64());
     let id = &batch.identity;
-    state.metrics.agent_lag(
+    let received_ms = now_ms();
+    state.metrics.agent_report(
         &id.cluster,
         &id.node,
-        (now_ms() - batch.sent_at_ms).max(0) as f64 / 1000.0,
+        (received_ms - batch.sent_at_ms).max(0) as f64 / 1000.0,
+        received_ms,
     );
     if outcome.duplicate {
         state
