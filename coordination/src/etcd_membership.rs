@@ -133,13 +133,13 @@ impl MembershipProvider for EtcdMembership {
             node: me.clone(),
             roles: self.roles.clone(),
         };
-        let owner = serde_json::to_string(&record)
-            .map_err(|e| ClusterError::Provider(format!("member record: {e}")))?;
+        let owner =
+            serde_json::to_string(&record).map_err(|e| ClusterError::Provider(Box::new(e)))?;
         let leases = EtcdLeases::new(self.client.clone(), &format!("{}members/", self.prefix))
-            .map_err(|e| ClusterError::Provider(e.to_string()))?;
+            .map_err(|e| ClusterError::Provider(Box::new(e)))?;
         let lease = leases
             .lease(&me.to_string(), &owner, &self.settings)
-            .map_err(|e| ClusterError::Provider(e.to_string()))?;
+            .map_err(|e| ClusterError::Provider(Box::new(e)))?;
         let control = Arc::new(Control {
             leases,
             client: self.client.clone(),

@@ -47,20 +47,41 @@ pub enum Reason {
     AskerGone,
     /// A router had no routees.
     NoRoutees,
-    /// Anything else.
-    Other,
+    /// The transport did not take the message for another node.
+    NotSent,
+    /// The message did not serialize.
+    Unserializable,
+    /// The receiving node could not decode the message.
+    Undecodable,
+    /// The receiving node has no type registered for the message's manifest.
+    UnknownManifest,
+    /// A singleton's hold buffer was full.
+    HoldFull,
+    /// A singleton held the message too long.
+    HoldExpired,
+    /// A singleton manager does not host.
+    NotHosting,
+    /// No singleton manager on the elected host.
+    NoManager,
 }
 
 impl Reason {
     /// Every reason: each has a series from the start (at 0), so a rate over one is 0, not
     /// empty, before the first such dead letter.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 13] = [
         Self::RecipientStopped,
         Self::UnknownRecipient,
         Self::MailboxFull,
         Self::AskerGone,
         Self::NoRoutees,
-        Self::Other,
+        Self::NotSent,
+        Self::Unserializable,
+        Self::Undecodable,
+        Self::UnknownManifest,
+        Self::HoldFull,
+        Self::HoldExpired,
+        Self::NotHosting,
+        Self::NoManager,
     ];
 
     /// The label value of a runtime reason.
@@ -72,7 +93,14 @@ impl Reason {
             DeadLetterReason::MailboxFull => Self::MailboxFull,
             DeadLetterReason::AskerGone => Self::AskerGone,
             DeadLetterReason::NoRoutees => Self::NoRoutees,
-            DeadLetterReason::Other(_) => Self::Other,
+            DeadLetterReason::NotSent => Self::NotSent,
+            DeadLetterReason::Unserializable => Self::Unserializable,
+            DeadLetterReason::Undecodable => Self::Undecodable,
+            DeadLetterReason::UnknownManifest { .. } => Self::UnknownManifest,
+            DeadLetterReason::HoldFull => Self::HoldFull,
+            DeadLetterReason::HoldExpired => Self::HoldExpired,
+            DeadLetterReason::NotHosting => Self::NotHosting,
+            DeadLetterReason::NoManager => Self::NoManager,
         }
     }
 
@@ -83,7 +111,14 @@ impl Reason {
             Self::MailboxFull => "mailbox_full",
             Self::AskerGone => "asker_gone",
             Self::NoRoutees => "no_routees",
-            Self::Other => "other",
+            Self::NotSent => "not_sent",
+            Self::Unserializable => "unserializable",
+            Self::Undecodable => "undecodable",
+            Self::UnknownManifest => "unknown_manifest",
+            Self::HoldFull => "hold_full",
+            Self::HoldExpired => "hold_expired",
+            Self::NotHosting => "not_hosting",
+            Self::NoManager => "no_manager",
         }
     }
 }

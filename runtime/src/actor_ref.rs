@@ -65,30 +65,59 @@ impl<M> std::hash::Hash for ActorRef<M> {
     }
 }
 
-/// A message a mailbox did not take, given back with the reason.
-#[derive(Debug)]
-pub struct SendError<T>(pub(crate) Refused<T>);
+/// A message that was not delivered, given back with the reason (see [`ActorRef::try_tell`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum SendError<T> {
+    /// The recipient had stopped (or was stopping).
+    Stopped(T),
+    /// The recipient's bounded mailbox was full.
+    MailboxFull(T),
+    /// The recipient is on another node and the transport did not take the message.
+    NotSent(T),
+    /// The recipient is on another node and the message does not serialize.
+    Unserializable(T),
+}
 
 impl<T> SendError<T> {
     /// The message that was not delivered.
     pub fn into_inner(self) -> T {
-        match self.0 {
-            Refused::Closed(message) | Refused::Full(message) => message,
+        match self {
+            Self::Stopped(message)
+            | Self::MailboxFull(message)
+            | Self::NotSent(message)
+            | Self::Unserializable(message) => message,
         }
     }
 
-    /// Whether the recipient had stopped (as opposed to its bounded mailbox being full).
+    /// The reason a dead letter of this message would carry.
     #[must_use]
-    pub fn is_stopped(&self) -> bool {
-        matches!(self.0, Refused::Closed(_))
+    pub fn reason(&self) -> DeadLetterReason {
+        match self {
+            Self::Stopped(_) => DeadLetterReason::RecipientStopped,
+            Self::MailboxFull(_) => DeadLetterReason::MailboxFull,
+            Self::NotSent(_) => DeadLetterReason::NotSent,
+            Self::Unserializable(_) => DeadLetterReason::Unserializable,
+        }
+    }
+
+    /// The error for a message the outbound seam gave back with `reason`.
+    fn outbound(message: T, reason: &DeadLetterReason) -> Self {
+        match reason {
+            DeadLetterReason::Unserializable => Self::Unserializable(message),
+            DeadLetterReason::RecipientStopped => Self::Stopped(message),
+            DeadLetterReason::MailboxFull => Self::MailboxFull(message),
+            _ => Self::NotSent(message),
+        }
     }
 }
 
 impl<T> fmt::Display for SendError<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            Refused::Closed(_) => f.write_str("recipient has stopped"),
-            Refused::Full(_) => f.write_str("recipient mailbox is full"),
+        match self {
+            Self::Stopped(_) => f.write_str("recipient has stopped"),
+            Self::MailboxFull(_) => f.write_str("recipient mailbox is full"),
+            Self::NotSent(_) => f.write_str("the transport did not take the message"),
+            Self::Unserializable(_) => f.write_str("the message does not serialize"),
         }
     }
 }
@@ -187,21 +216,19 @@ impl<M: Send + 'static> ActorRef<M> {
         match &self.target {
             Target::Local(cell) => {
                 cell.deliver(Envelope::Message { message, sender })
-                    .map_err(|refused| {
-                        SendError(match refused {
-                            Refused::Closed(Envelope::Message { message, .. }) => {
-                                Refused::Closed(message)
-                            }
-                            Refused::Full(Envelope::Message { message, .. }) => {
-                                Refused::Full(message)
-                            }
-                            _ => unreachable!("try_tell only enqueues messages"),
-                        })
+                    .map_err(|refused| match refused {
+                        Refused::Closed(Envelope::Message { message, .. }) => {
+                            SendError::Stopped(message)
+                        }
+                        Refused::Full(Envelope::Message { message, .. }) => {
+                            SendError::MailboxFull(message)
+                        }
+                        _ => unreachable!("try_tell only enqueues messages"),
                     })
             }
             Target::Foreign(cell) => cell
                 .deliver(message, sender.as_ref())
-                .map_err(|(message, _)| SendError(Refused::Closed(message))),
+                .map_err(|(message, reason)| SendError::outbound(message, &reason)),
         }
     }
 

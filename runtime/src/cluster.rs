@@ -157,7 +157,7 @@ impl Cluster {
         let (cluster_frames, cluster_inbound) = mpsc::unbounded_channel();
         remoting
             .register_channel(CLUSTER_CHANNEL, cluster_frames)
-            .map_err(|taken| ClusterError::Provider(taken.to_string()))?;
+            .map_err(|taken| ClusterError::Provider(Box::new(taken)))?;
         let provider = GossipMembership::new(settings, rng_seed, cluster_inbound);
         Self::start_with_provider(system, remoting, Box::new(provider))
     }

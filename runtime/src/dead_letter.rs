@@ -24,7 +24,8 @@ pub struct DeadLetter {
     pub reason: DeadLetterReason,
 }
 
-/// Why a message became a dead letter.
+/// Why a message became a dead letter. Every reason is a variant, so the control plane can
+/// group dead letters by reason; where it happened is the recipient path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DeadLetterReason {
     /// The recipient had stopped (or was stopping) before it took the message.
@@ -37,8 +38,30 @@ pub enum DeadLetterReason {
     AskerGone,
     /// A router had no routee to send it to.
     NoRoutees,
-    /// Anything else, described.
-    Other(String),
+    /// The transport did not take the message for the recipient's node (its queue to that
+    /// node was full, or the transport had shut down).
+    NotSent,
+    /// The message could not be serialized for the network.
+    Unserializable,
+    /// The receiving node could not decode the message.
+    Undecodable,
+    /// The receiving node has no message type registered under the message's manifest.
+    UnknownManifest {
+        /// The manifest the message carried.
+        manifest: String,
+    },
+    /// A cluster singleton's manager or proxy held the message (nobody hosted it yet) and its
+    /// buffer was full.
+    HoldFull,
+    /// A cluster singleton's manager held the message for the maximum time and no instance
+    /// started.
+    HoldExpired,
+    /// A cluster singleton's manager will not host (it opted out after its instance stopped,
+    /// or it is stopping).
+    NotHosting,
+    /// The message was routed to this node as a cluster singleton's host, but this node runs
+    /// no manager for it.
+    NoManager,
 }
 
 impl fmt::Display for DeadLetterReason {
@@ -49,7 +72,14 @@ impl fmt::Display for DeadLetterReason {
             Self::MailboxFull => f.write_str("recipient mailbox full"),
             Self::AskerGone => f.write_str("asker no longer waiting"),
             Self::NoRoutees => f.write_str("router has no routees"),
-            Self::Other(reason) => f.write_str(reason),
+            Self::NotSent => f.write_str("not sent: the transport refused it"),
+            Self::Unserializable => f.write_str("does not serialize"),
+            Self::Undecodable => f.write_str("does not decode on the receiving node"),
+            Self::UnknownManifest { manifest } => write!(f, "unknown manifest {manifest:?}"),
+            Self::HoldFull => f.write_str("singleton buffer full while nobody hosts"),
+            Self::HoldExpired => f.write_str("held too long: no singleton instance started"),
+            Self::NotHosting => f.write_str("singleton manager is not hosting"),
+            Self::NoManager => f.write_str("no singleton manager on the elected host"),
         }
     }
 }

@@ -18,8 +18,7 @@ use std::sync::{Arc, Weak};
 use parking_lot::RwLock;
 use tokio::sync::mpsc;
 
-use crate::actor_ref::ActorRef;
-use crate::mailbox::Refused;
+use crate::actor_ref::{ActorRef, SendError};
 
 /// Identifies one subscription, for [`EventStream::unsubscribe`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -125,8 +124,10 @@ impl EventStream {
             };
             match actor.try_tell(M::from(event.clone())) {
                 Ok(()) => true,
-                Err(crate::actor_ref::SendError(Refused::Closed(_))) => false,
-                Err(crate::actor_ref::SendError(Refused::Full(_))) => {
+                Err(
+                    SendError::Stopped(_) | SendError::NotSent(_) | SendError::Unserializable(_),
+                ) => false,
+                Err(SendError::MailboxFull(_)) => {
                     // Not a dead letter: a full subscriber of DeadLetter events would loop.
                     tracing::warn!(
                         subscriber = %actor.path(),

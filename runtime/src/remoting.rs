@@ -50,6 +50,7 @@ use tokio::sync::mpsc;
 
 use crate::actor_ref::ActorRef;
 use crate::address::{Address, UniqueAddress};
+use crate::dead_letter::DeadLetterReason;
 use crate::outbound::ForeignCell;
 use crate::path::ActorPath;
 use crate::system::{ActorSystem, SystemShared};
@@ -300,20 +301,21 @@ impl Remoting {
         }
     }
 
-    /// Send an actor message to `path` on `to`. Gives the message back if it cannot be queued.
+    /// Send an actor message to `path` on `to`. Gives the message back, with the reason, if it
+    /// cannot be queued.
     pub(crate) fn send_message<M: RemoteMessage>(
         &self,
         to: &Address,
         path: &ActorPath,
         message: M,
         sender: Option<&ActorPath>,
-    ) -> Result<(), M> {
+    ) -> Result<(), (M, DeadLetterReason)> {
         let remoting = self.arc();
         let body = match with_context(&remoting, || postcard::to_allocvec(&message)) {
             Ok(body) => body,
             Err(error) => {
                 tracing::warn!(recipient = %path, %error, "remote message does not serialize");
-                return Err(message);
+                return Err((message, DeadLetterReason::Unserializable));
             }
         };
         let sender = sender.map(|s| match s.address() {
@@ -329,13 +331,17 @@ impl Remoting {
         let mut frame =
             Vec::with_capacity(body.len() + path.elements().len() + M::MANIFEST.len() + 8);
         frame.push(ACTOR_CHANNEL);
-        let Ok(frame) = envelope.encode_after(frame) else {
-            return Err(message);
+        let frame = match envelope.encode_after(frame) {
+            Ok(frame) => frame,
+            Err(error) => {
+                tracing::warn!(recipient = %path, %error, "remote envelope does not encode");
+                return Err((message, DeadLetterReason::Unserializable));
+            }
         };
         if self.send_frame(to, Bytes::from(frame)) {
             Ok(())
         } else {
-            Err(message)
+            Err((message, DeadLetterReason::NotSent))
         }
     }
 }

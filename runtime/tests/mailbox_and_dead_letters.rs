@@ -10,7 +10,7 @@ use helpers::{Blocker, Gate, drain, gate, next_event, within};
 use tokio::sync::mpsc;
 use troupe::{
     Actor, ActorError, ActorRef, ActorSystem, AskError, Context, DeadLetter, DeadLetterReason,
-    MailboxConfig, Props, ReplyTo,
+    MailboxConfig, Props, ReplyTo, SendError,
 };
 
 struct Sink {
@@ -220,17 +220,16 @@ async fn try_tell_gives_the_message_back_when_the_mailbox_is_full_or_the_actor_s
 
     actor.try_tell(SinkMsg::Item(1)).unwrap();
     let full = actor.try_tell(SinkMsg::Item(2)).unwrap_err();
-    assert!(!full.is_stopped());
+    assert_eq!(full.reason(), DeadLetterReason::MailboxFull);
     assert_eq!(full.to_string(), "recipient mailbox is full");
-    assert!(matches!(full.into_inner(), SinkMsg::Item(2)));
+    assert!(matches!(full, SendError::MailboxFull(SinkMsg::Item(2))));
 
     actor.stop();
     gate.open();
     within("the actor to stop", actor.terminated()).await;
     let stopped = actor.try_tell(SinkMsg::Item(3)).unwrap_err();
-    assert!(stopped.is_stopped());
     assert_eq!(stopped.to_string(), "recipient has stopped");
-    assert!(matches!(stopped.into_inner(), SinkMsg::Item(3)));
+    assert!(matches!(stopped, SendError::Stopped(SinkMsg::Item(3))));
     // Only the queued Item(1) became a dead letter; refused try_tells were handed back.
     assert_eq!(drain(&mut dead_letters).len(), 1);
     system.shutdown().await;

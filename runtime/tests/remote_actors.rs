@@ -271,7 +271,7 @@ async fn an_unregistered_manifest_is_a_dead_letter_naming_it_never_a_panic() {
         .unwrap()
         .unwrap();
     assert!(
-        matches!(&letter.reason, DeadLetterReason::Other(reason) if reason.contains("test.NobodyRegisteredThis")),
+        matches!(&letter.reason, DeadLetterReason::UnknownManifest { manifest } if manifest == "test.NobodyRegisteredThis"),
         "{letter:?}"
     );
     assert_eq!(
@@ -417,4 +417,41 @@ async fn the_origin_of_a_remote_message_is_the_verified_node_not_the_claimed_sen
             .unwrap(),
         None
     );
+}
+
+/// The transport's queue to a node nobody listens on fills up: a refused remote send comes
+/// back as `SendError::NotSent` with the message, and a plain tell becomes a dead letter whose
+/// reason is `NotSent` (a variant, not text naming the node).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_the_transport_refuses_is_not_sent_both_for_try_tell_and_tell() {
+    let a = node(None).await;
+    up(&a.cluster, 1).await;
+    let mut dead = a.system.event_stream().subscribe::<DeadLetter>();
+    let nowhere: ActorRef<Counter> = a
+        .cluster
+        .remoting()
+        .actor_ref("troupe://remote-test@127.0.0.1:1/user/counter")
+        .unwrap();
+    // The queue to one peer holds 4096 frames (plus one the writer holds while it dials).
+    let refused = (0..10_000)
+        .find_map(|i| nowhere.try_tell(Counter::Add(i)).err())
+        .expect("the transport's queue to an unreachable peer fills up");
+    assert_eq!(refused.reason(), DeadLetterReason::NotSent);
+    assert!(
+        matches!(refused, troupe::SendError::NotSent(Counter::Add(_))),
+        "{refused:?}"
+    );
+    nowhere.tell(Counter::Add(1));
+    let letter = loop {
+        let letter = tokio::time::timeout(WAIT, dead.recv())
+            .await
+            .expect("a dead letter")
+            .expect("the stream is open");
+        if letter.recipient == *nowhere.path() {
+            break letter;
+        }
+    };
+    assert_eq!(letter.reason, DeadLetterReason::NotSent);
+    assert_eq!(letter.reason.to_string(), "not sent: the transport refused it");
+    a.system.shutdown().await;
 }

@@ -4,7 +4,7 @@ use super::membership::SettingsError;
 use crate::system::SpawnError;
 
 /// Why the cluster could not start.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
     /// A settings value cannot work.
     #[error("invalid cluster settings: {0}")]
@@ -12,7 +12,7 @@ pub enum ClusterError {
     /// The daemon could not be spawned (a cluster already runs in this system?).
     #[error("cannot start the cluster daemon: {0}")]
     Spawn(#[from] SpawnError),
-    /// A membership provider could not start.
-    #[error("membership provider failed to start: {0}")]
-    Provider(String),
+    /// A membership provider could not start; the source says why.
+    #[error("membership provider failed to start")]
+    Provider(#[source] Box<dyn std::error::Error + Send + Sync>),
 }

@@ -146,10 +146,9 @@ impl<M: RemoteMessage> ClusterRouter<M> {
 
     fn deliver(&self, index: usize, message: M, ctx: &Context<Self>) {
         let routee = &self.current.routees[index];
-        if routee.try_tell_with(message, Self::sender(ctx)).is_err() {
+        if let Err(refused) = routee.try_tell_with(message, Self::sender(ctx)) {
             let node = self.current.table.nodes()[index].clone();
-            let reason = DeadLetterReason::Other(format!("could not be sent to node {node}"));
-            self.dead_letter(ctx, routee.path().clone(), Some(node), reason);
+            self.dead_letter(ctx, routee.path().clone(), Some(node), refused.reason());
         }
     }
 
@@ -163,7 +162,7 @@ impl<M: RemoteMessage> ClusterRouter<M> {
             Ok(encoded) => encoded,
             Err(error) => {
                 tracing::warn!(router = %ctx.path(), %error, "broadcast message does not serialize");
-                let reason = DeadLetterReason::Other(format!("does not serialize: {error}"));
+                let reason = DeadLetterReason::Unserializable;
                 self.dead_letter(ctx, ctx.path().clone(), None, reason);
                 return;
             }
@@ -172,8 +171,9 @@ impl<M: RemoteMessage> ClusterRouter<M> {
             match with_context(remoting, || postcard::from_bytes::<M>(&encoded)) {
                 Ok(copy) => self.deliver(index, copy, ctx),
                 Err(error) => {
+                    tracing::warn!(router = %ctx.path(), %error, "broadcast copy does not decode");
                     let node = self.current.table.nodes()[index].clone();
-                    let reason = DeadLetterReason::Other(format!("does not decode: {error}"));
+                    let reason = DeadLetterReason::Undecodable;
                     let recipient = self.current.routees[index].path().clone();
                     self.dead_letter(ctx, recipient, Some(node), reason);
                 }

@@ -98,8 +98,9 @@ impl Remoting {
             Some(deliver) => deliver(self, from, envelope),
             None => {
                 self.stats.unknown_manifests.fetch_add(1, Ordering::Relaxed);
-                let reason =
-                    DeadLetterReason::Other(format!("unknown manifest {:?}", envelope.manifest));
+                let reason = DeadLetterReason::UnknownManifest {
+                    manifest: envelope.manifest.clone(),
+                };
                 self.dead_letter(
                     &envelope.recipient,
                     envelope.sender.as_deref(),
@@ -153,11 +154,12 @@ impl Remoting {
             }
             Err(error) => {
                 self.stats.malformed_frames.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(peer = %from, recipient = %envelope.recipient, %error, "undecodable message body");
                 self.dead_letter(
                     &envelope.recipient,
                     envelope.sender.as_deref(),
                     std::any::type_name::<M>(),
-                    DeadLetterReason::Other(format!("undecodable body: {error}")),
+                    DeadLetterReason::Undecodable,
                 );
             }
         }

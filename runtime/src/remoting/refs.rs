@@ -44,11 +44,6 @@ impl<M: RemoteMessage> Outbound<M> for RemoteTarget<M> {
     ) -> Result<(), (M, DeadLetterReason)> {
         self.remoting
             .send_message(&self.address, recipient, message, sender)
-            .map_err(|message| {
-                let reason =
-                    DeadLetterReason::Other(format!("could not be sent to node {}", self.address));
-                (message, reason)
-            })
     }
 
     fn stop(&self, recipient: &ActorPath, poison_pill: bool) {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::Address;
+use crate::dead_letter::DeadLetterReason;
 use crate::lease::FencingToken;
 
 /// One step in the life of a singleton, as this node's manager saw it. Every variant names the
@@ -230,6 +231,18 @@ pub enum DeadLetterCause {
     NoManager,
     /// The message could not be decoded.
     Undecodable,
+}
+
+impl From<DeadLetterCause> for DeadLetterReason {
+    fn from(cause: DeadLetterCause) -> Self {
+        match cause {
+            DeadLetterCause::HoldFull => Self::HoldFull,
+            DeadLetterCause::HoldExpired => Self::HoldExpired,
+            DeadLetterCause::NotHosting => Self::NotHosting,
+            DeadLetterCause::NoManager => Self::NoManager,
+            DeadLetterCause::Undecodable => Self::Undecodable,
+        }
+    }
 }
 
 impl fmt::Display for DeadLetterCause {

@@ -40,7 +40,7 @@ use crate::actor_ref::ActorRef;
 use crate::ask::ReplyTo;
 use crate::cluster::{Cluster, ClusterNotification};
 use crate::context::{Context, TimerHandle};
-use crate::dead_letter::{DeadLetter, DeadLetterReason};
+use crate::dead_letter::DeadLetter;
 use crate::death_watch::Terminated;
 use crate::lease::{FencingToken, Lease, LeaseError, LeaseLost, LeaseLostCallback};
 use crate::path::ActorPath;
@@ -790,7 +790,7 @@ fn dead_letter(
         recipient,
         sender,
         message_type,
-        reason: DeadLetterReason::Other(format!("singleton {}: {cause}", common.type_name)),
+        reason: cause.into(),
     });
 }
 

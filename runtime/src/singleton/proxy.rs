@@ -48,7 +48,7 @@ use crate::actor_ref::ActorRef;
 use crate::ask::{AskRequest, ReplyTo};
 use crate::cluster::{Cluster, MemberStatus};
 use crate::context::Context;
-use crate::dead_letter::{DeadLetter, DeadLetterReason};
+use crate::dead_letter::DeadLetter;
 use crate::path::ActorPath;
 use crate::remoting::RemoteMessage;
 
@@ -530,13 +530,7 @@ impl<M: RemoteMessage> ProxyActor<M> {
                 );
             }
             let sender = payload.sender.clone();
-            self.dead_letter_with_reason(
-                sender,
-                format!(
-                    "singleton {} proxy buffer full ({} messages) while no node hosts",
-                    self.type_name, self.buffer_size
-                ),
-            );
+            self.dead_letter(sender, DeadLetterCause::HoldFull);
             return;
         }
         self.buffer.push_back(payload);
@@ -563,10 +557,6 @@ impl<M: RemoteMessage> ProxyActor<M> {
     }
 
     fn dead_letter(&self, sender: Option<ActorPath>, cause: DeadLetterCause) {
-        self.dead_letter_with_reason(sender, format!("singleton {}: {cause}", self.type_name));
-    }
-
-    fn dead_letter_with_reason(&self, sender: Option<ActorPath>, reason: String) {
         self.cluster.system().dead_letters().publish(DeadLetter {
             recipient: ActorPath::remote(
                 &self.me,
@@ -574,7 +564,7 @@ impl<M: RemoteMessage> ProxyActor<M> {
             ),
             sender,
             message_type: std::any::type_name::<M>(),
-            reason: DeadLetterReason::Other(reason),
+            reason: cause.into(),
         });
     }
 }
