@@ -203,12 +203,14 @@ impl Control {
             return; // our own leave raced the renewal: a graceful exit
         }
         tracing::error!(node = %self.me, %reason, "fenced: this node's membership key is gone; it stops taking part and will not re-register");
-        self.health
-            .send_replace(MembershipHealth::Fenced(reason.clone()));
-        self.publish();
+        // Depart before health says fenced: whoever wakes on the health change must find the
+        // cluster already departed.
         self.sink.depart(Departure::Fenced {
             reason: format!("etcd membership: {reason}"),
         });
+        self.health
+            .send_replace(MembershipHealth::Fenced(reason.clone()));
+        self.publish();
         self.stop_tasks();
     }
 
