@@ -279,7 +279,6 @@ impl Membership {
         }
     }
 
-
     /// The settings in force.
     #[must_use]
     pub(super) fn settings(&self) -> &MembershipSettings {
@@ -292,7 +291,6 @@ impl Membership {
     pub(super) fn gossip(&self) -> &Gossip {
         &self.gossip
     }
-
 
     /// How this node left, once it has: gracefully when it was leaving or exiting (or asked to
     /// leave), fenced when the others downed or removed it while it was up.
