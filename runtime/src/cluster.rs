@@ -42,7 +42,10 @@ pub use membership::{Action, ClusterMsg, Input, Membership, MembershipSettings, 
 pub use provider::{MembershipControl, MembershipProvider, ViewSink};
 pub use reachability::Reachability;
 pub use vector_clock::{Causality, VectorClock};
-pub use wire::{CLUSTER_CHANNEL, WireError, decode_cluster_frame, encode_cluster_frame};
+pub use wire::{
+    CLUSTER_CHANNEL, DecodedFrame, Extensions as WireExtensions, WireError, decode_cluster_frame,
+    decode_cluster_frame_with, encode_cluster_frame, encode_cluster_frame_with,
+};
 
 use crate::actor_ref::ActorRef;
 use crate::extension::Extensions;
