@@ -66,6 +66,10 @@ def base_image(podman):
     tag = f"localhost/troupe-base:{tarball.stem.removeprefix('troupe-base-')}"
     if podman("image", "exists", tag, check=False).returncode != 0:
         podman("import", str(tarball), tag, timeout=300)
+    # Bases of earlier inputs (scripts/base-image removed their tarballs) are not needed.
+    listed = podman("images", "--format", "{{.Repository}}:{{.Tag}}", "localhost/troupe-base").stdout
+    for old in set(listed.split()) - {tag}:
+        podman("rmi", "--force", old, check=False)
     return tag
 
 
@@ -89,6 +93,8 @@ def images(podman, base_image, tmp_path_factory):
     finally:
         for tag in built.values():
             podman("rmi", "--force", tag, check=False)
+        # The stages' intermediate images (the storage is this test's own; the base stays).
+        podman("image", "prune", "--force", check=False)
 
 
 def image_config(podman, tag):
@@ -135,6 +141,8 @@ def test_the_server_and_two_agents_run_in_containers_and_the_agents_join_and_rep
             podman("run", "--detach", "--name", name, "--network", "host",
                    "--env", "TROUPE_CLUSTER_SECRET=podman test cluster secret",
                    "--env", f"TROUPE_INGEST_TOKEN={token}", "--env", "NODE_NAME=podman-host",
+                   "--env", "TROUPE_MEMBERSHIP=gossip", "--env", "TROUPE_SINGLETON_LEASE=none",
+                   "--env", "TROUPE_LEAVE_TIMEOUT_MS=10000", "--env", "TROUPE_FLUSH_TIMEOUT_MS=5000",
                    images["agent"], "--system", system, "--bind", f"127.0.0.1:{port}",
                    "--seed", seed, "--management-bind", f"127.0.0.1:{mgmt}",
                    "--control-plane", base, "--report-interval-ms", "200", "--demo")

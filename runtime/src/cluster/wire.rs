@@ -19,11 +19,11 @@ use serde::{Deserialize, Serialize};
 use super::membership::ClusterMsg;
 
 /// The channel tag of membership protocol frames.
-pub const CLUSTER_CHANNEL: u8 = 0x01;
+pub(super) const CLUSTER_CHANNEL: u8 = 0x01;
 
 /// A frame that is not a valid cluster message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum WireError {
+pub(super) enum WireError {
     /// The frame is for another channel (or empty).
     #[error("frame is not a cluster protocol frame (channel tag {0:?})")]
     OtherChannel(Option<u8>),
@@ -34,7 +34,7 @@ pub enum WireError {
 
 /// The extension records a message kind has in this build, and their values.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Extensions {
+pub(super) struct Extensions {
     /// Protocol 3 (the `wire-next` test build): when the heartbeat was sent, Unix ms.
     pub heartbeat_sent_at_ms: Option<u64>,
 }
@@ -56,7 +56,7 @@ fn known_records(message: &ClusterMsg) -> usize {
 /// A decoded cluster frame: the message, the extension records this build read, and how many
 /// it skipped.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DecodedFrame {
+pub(super) struct DecodedFrame {
     /// The message.
     pub message: ClusterMsg,
     /// The extension values this build knows.
@@ -67,15 +67,16 @@ pub struct DecodedFrame {
     pub records_skipped: usize,
 }
 
-/// Encode a cluster message as a frame payload.
+/// Encode a cluster message as a frame payload, with no extension records.
+#[cfg(test)]
 #[must_use]
-pub fn encode_cluster_frame(message: &ClusterMsg) -> Bytes {
+pub(super) fn encode_cluster_frame(message: &ClusterMsg) -> Bytes {
     encode_cluster_frame_with(message, &Extensions::default())
 }
 
 /// Encode a cluster message and the extension records this build writes for it.
 #[must_use]
-pub fn encode_cluster_frame_with(message: &ClusterMsg, extensions: &Extensions) -> Bytes {
+pub(super) fn encode_cluster_frame_with(message: &ClusterMsg, extensions: &Extensions) -> Bytes {
     let mut out = vec![CLUSTER_CHANNEL];
     // Serializing plain data into a Vec cannot fail.
     let mut out = postcard::to_extend(message, std::mem::take(&mut out))
@@ -111,13 +112,14 @@ fn serde_bytes_ref(bytes: &[u8]) -> ByteString<'_> {
 }
 
 /// Decode a frame payload as a cluster message (extension records checked and dropped).
-pub fn decode_cluster_frame(payload: &[u8]) -> Result<ClusterMsg, WireError> {
+#[cfg(test)]
+pub(super) fn decode_cluster_frame(payload: &[u8]) -> Result<ClusterMsg, WireError> {
     decode_cluster_frame_with(payload).map(|decoded| decoded.message)
 }
 
 /// Decode a frame payload: the message, then every extension record (which must be
 /// well-formed to the last byte), reading the ones this build knows.
-pub fn decode_cluster_frame_with(payload: &[u8]) -> Result<DecodedFrame, WireError> {
+pub(super) fn decode_cluster_frame_with(payload: &[u8]) -> Result<DecodedFrame, WireError> {
     let body = match payload.split_first() {
         Some((&CLUSTER_CHANNEL, body)) => body,
         other => return Err(WireError::OtherChannel(other.map(|(tag, _)| *tag))),
