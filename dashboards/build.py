@@ -279,8 +279,8 @@ def quantile(q, metric):
 CONTROL_PLANE = dashboard(
     "troupe-control-plane",
     "Troupe / Control plane",
-    "The control-plane server: ingest rate and outcomes, batch and store latency, agent lag, "
-    "live-stream clients.",
+    "The control-plane server: ingest rate and outcomes, batch and store latency, agent lag "
+    "and silence, API latency, live-stream clients, CPU and memory.",
     SERVER_VARIABLES,
     [
         panel("stat", "Version", "Server versions running (troupe_build_info).",
@@ -316,7 +316,24 @@ CONTROL_PLANE = dashboard(
         panel("timeseries", "Agent lag", "Receive time minus send time of each agent's latest "
               "batch.",
               [(f"max by (cluster, node) (troupe_agent_lag_seconds{{{SERVER}}})",
-                "{{cluster}} {{node}}")], unit="s", width=24),
+                "{{cluster}} {{node}}")], unit="s"),
+        panel("timeseries", "Since each agent's last report", "Seconds since the latest batch "
+              "of each agent arrived (heartbeats come every 2 s; the series goes away after "
+              "the server's --agent-series-ttl-secs).",
+              [(f"time() - max by (cluster, node) (troupe_agent_last_report_timestamp_seconds{{{SERVER}}})",
+                "{{cluster}} {{node}}")], unit="s"),
+        panel("timeseries", "API latency by route", "p99 of HTTP request durations per route "
+              "template (ingest, API, dashboard, stream).",
+              [(f"histogram_quantile(0.99, sum by (route, le) (rate(troupe_http_server_request_duration_seconds_bucket{{{SERVER}}}[{RATE}])))",
+                "{{route}} p99")], unit="s"),
+        panel("timeseries", "API requests by status", "HTTP requests per second by status code.",
+              [(f"sum by (status) (rate(troupe_http_server_request_duration_seconds_count{{{SERVER}}}[{RATE}]))",
+                "{{status}}")], unit="reqps", stack="normal"),
+        panel("timeseries", "Server CPU", "CPU seconds per second of each server process.",
+              [(f"rate(process_cpu_seconds_total{{{SERVER}}}[{RATE}])", "{{instance}}")],
+              unit="percentunit"),
+        panel("timeseries", "Server memory", "Resident memory of each server process.",
+              [(f"process_resident_memory_bytes{{{SERVER}}}", "{{instance}}")], unit="bytes"),
     ],
 )
 

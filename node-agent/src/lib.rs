@@ -199,6 +199,7 @@ impl Agent {
                 .then(|| Duration::from_millis(config.down_after_ms)),
             ..MembershipSettings::default()
         };
+        let cluster_transport = Arc::clone(&transport);
         let cluster = Cluster::start(&system, transport, inbound_rx, settings, None)
             .map_err(|e| AgentError::Cluster(e.to_string()))?;
         let management_url = match management_listener.local_addr() {
@@ -259,6 +260,7 @@ impl Agent {
         }
         let metrics = Arc::new(metrics::AgentMetrics::new());
         metrics.count_dead_letters(&system);
+        metrics.watch_transport(cluster_transport);
         metrics.count_runtime_events(&system, &cluster);
         let management = management::ManagementServer::serve(
             management_listener,

@@ -27,6 +27,8 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 use troupe::cluster::{Cluster, ClusterEvent, ClusterNotification, MemberStatus};
 use troupe::singleton::{DeadLetterCause, SingletonEvent};
+use troupe::transport::admission::Pool;
+use troupe::transport::{CloseReason, ProtocolVersions, TcpTransport};
 use troupe::{ActorSystem, DeadLetter, DeadLetterReason};
 
 use crate::health::{Health, HealthState};
@@ -327,6 +329,161 @@ impl SingletonMetrics {
     }
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabels {
+    protocol_version: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RefusedLabels {
+    local: String,
+    peer: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolLabels {
+    pool: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BoundLabels {
+    bound: String,
+}
+
+/// The cluster transport's counters and gauges (`troupe_agent_transport_*`).
+#[derive(Debug, Default)]
+struct TransportMetrics {
+    source: Mutex<Option<Arc<TcpTransport>>>,
+    closed: Family<CloseReasonLabels, Counter>,
+    handshakes: Family<OutcomeLabels, Counter>,
+    established: Family<VersionLabels, Counter>,
+    refused_versions: Family<RefusedLabels, Counter>,
+    warnings_suppressed: Counter,
+    pending: Family<PoolLabels, Gauge>,
+    known_sources: Gauge,
+    protocol_version: Family<BoundLabels, Gauge>,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CloseReasonLabels {
+    reason: String,
+}
+
+impl TransportMetrics {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "troupe_agent_transport_connections_closed",
+            "Cluster connections closed, by reason (source_limit and evicted: handshake admission under a flood)",
+            self.closed.clone(),
+        );
+        registry.register(
+            "troupe_agent_transport_handshakes",
+            "Cluster handshakes, by outcome (ok, rejected)",
+            self.handshakes.clone(),
+        );
+        registry.register(
+            "troupe_agent_transport_handshakes_established",
+            "Cluster handshakes completed, by the protocol version they agreed on",
+            self.established.clone(),
+        );
+        registry.register(
+            "troupe_agent_transport_version_refused",
+            "Cluster handshakes refused for want of a common protocol version, by both nodes' versions",
+            self.refused_versions.clone(),
+        );
+        registry.register(
+            "troupe_agent_transport_warnings_suppressed",
+            "Warnings about closed cluster connections left out by the global log rate limit",
+            self.warnings_suppressed.clone(),
+        );
+        registry.register(
+            "troupe_agent_transport_pending_handshakes",
+            "Accepted cluster connections in their handshake, by admission pool",
+            self.pending.clone(),
+        );
+        registry.register(
+            "troupe_agent_transport_known_sources",
+            "Source addresses that proved the cluster secret (their reconnects get reserved slots)",
+            self.known_sources.clone(),
+        );
+        registry.register(
+            "troupe_agent_transport_protocol_version",
+            "The lowest and highest cluster protocol versions this node speaks",
+            self.protocol_version.clone(),
+        );
+    }
+
+    fn observe(&self) {
+        let Some(transport) = self.source.lock().clone() else {
+            return;
+        };
+        let stats = transport.stats_snapshot();
+        for reason in CloseReason::ALL {
+            catch_up(
+                &self.closed.get_or_create(&CloseReasonLabels {
+                    reason: reason.as_str().to_owned(),
+                }),
+                stats.closed(reason),
+            );
+        }
+        for (outcome, total) in [
+            ("ok", stats.handshakes_ok),
+            ("rejected", stats.handshakes_rejected),
+        ] {
+            catch_up(
+                &self.handshakes.get_or_create(&OutcomeLabels {
+                    outcome: outcome.to_owned(),
+                }),
+                total,
+            );
+        }
+        for (version, total) in &stats.established_by_version {
+            catch_up(
+                &self.established.get_or_create(&VersionLabels {
+                    protocol_version: version.to_string(),
+                }),
+                *total,
+            );
+        }
+        // Bounded: the transport counts at most 16 peer ranges and one "other".
+        let local = ProtocolVersions::THIS_BUILD.to_string();
+        for (peer, total) in &stats.refused_versions {
+            catch_up(
+                &self.refused_versions.get_or_create(&RefusedLabels {
+                    local: local.clone(),
+                    peer: peer.to_string(),
+                }),
+                *total,
+            );
+        }
+        catch_up(&self.warnings_suppressed, stats.warnings_suppressed);
+        for pool in [Pool::Reserved, Pool::General] {
+            self.pending
+                .get_or_create(&PoolLabels {
+                    pool: pool.as_str().to_owned(),
+                })
+                .set(i64::try_from(transport.pending_handshakes(pool)).unwrap_or(i64::MAX));
+        }
+        self.known_sources
+            .set(i64::try_from(transport.known_sources()).unwrap_or(i64::MAX));
+        for (bound, version) in [
+            ("lowest", ProtocolVersions::THIS_BUILD.lowest()),
+            ("highest", ProtocolVersions::THIS_BUILD.highest()),
+        ] {
+            self.protocol_version
+                .get_or_create(&BoundLabels {
+                    bound: bound.to_owned(),
+                })
+                .set(i64::from(version));
+        }
+    }
+}
+
 /// A path whose mailbox depth is exported: alone (one series per path), or as a routee of
 /// `router` (summed into one series per router).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -353,6 +510,7 @@ pub struct AgentMetrics {
     events_buffered: Counter,
     leader_changes: Counter,
     singletons: SingletonMetrics,
+    transport: TransportMetrics,
     watches: Mutex<Vec<DepthWatch>>,
     /// One scrape at a time: catching counters up from their sources is read-then-add.
     scrape: Mutex<()>,
@@ -458,6 +616,8 @@ impl AgentMetrics {
             leader_changes.clone(),
         );
         let singletons = SingletonMetrics::register(&mut registry);
+        let transport = TransportMetrics::default();
+        transport.register(&mut registry);
         Self {
             registry,
             dead_letters,
@@ -474,6 +634,7 @@ impl AgentMetrics {
             events_buffered,
             leader_changes,
             singletons,
+            transport,
             watches: Mutex::new(Vec::new()),
             scrape: Mutex::new(()),
         }
@@ -498,6 +659,11 @@ impl AgentMetrics {
         if !watches.contains(&watch) {
             watches.push(watch);
         }
+    }
+
+    /// Export the counters of the cluster transport (`troupe_agent_transport_*`).
+    pub fn watch_transport(&self, transport: Arc<TcpTransport>) {
+        *self.transport.source.lock() = Some(transport);
     }
 
     /// Count `system`'s dead letters from now on (a task that ends with the event stream).
@@ -555,6 +721,7 @@ impl AgentMetrics {
         if let Some(reporter) = reporter {
             self.observe_reporter(reporter);
         }
+        self.transport.observe();
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);

@@ -7,18 +7,25 @@
 //! handshake on the connection the frame arrived on. Nothing that decides who sent a message
 //! reads an address from a payload.
 
+pub mod admission;
 pub mod frame;
 pub mod handshake;
 mod sim;
 mod stats;
 mod tcp;
 pub mod tls;
+pub mod version;
 
+pub use admission::{AdmissionSettings, AdmissionSettingsError};
 pub use handshake::ClusterSecret;
 pub use sim::{DropReason, LinkConfig, SimNetwork, SimTransport, TraceEvent, TraceOutcome};
-pub use stats::{CloseReason, TransportStats, TransportStatsSnapshot};
-pub use tcp::{LOG_INTERVAL, TcpTransport, TcpTransportConfig, TcpTransportError};
+pub use stats::{
+    CloseReason, MAX_REFUSED_VERSION_RANGES, RefusedVersions, TransportStats,
+    TransportStatsSnapshot,
+};
+pub use tcp::{LOG_INTERVAL, TcpTransport, TcpTransportConfig, TcpTransportError, WARN_BURST};
 pub use tls::{TlsConfig, TlsConfigError};
+pub use version::{ProtocolVersions, VersionMismatch};
 
 use bytes::Bytes;
 
@@ -71,4 +78,13 @@ pub trait Transport: Send + Sync + 'static {
 
     /// Drop the connections to `peer` and forget its queued frames (used when it is removed).
     fn disconnect(&self, peer: &Address);
+
+    /// The protocol version the connection to `peer` agreed on, while there is one (`None`
+    /// before the first handshake, or for a transport without versions). A sender uses it to
+    /// hold back what an older peer cannot decode, such as a new message kind (see
+    /// `docs/architecture.md`, "Evolving wire messages").
+    fn peer_version(&self, peer: &Address) -> Option<u16> {
+        let _ = peer;
+        None
+    }
 }

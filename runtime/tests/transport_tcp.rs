@@ -1,23 +1,26 @@
 //! The TCP transport on loopback: authenticated delivery, and what happens to peers that send
 //! a wrong secret, garbage, truncated or oversized frames — their connection is closed and
-//! counted while legitimate peers keep exchanging frames.
+//! counted while legitimate peers keep exchanging frames; how floods of connections without
+//! the secret are admitted (issue 14), and what an unauthenticated client learns (nothing).
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::mpsc;
 use tokio::time::timeout;
+use troupe::transport::admission::Pool;
 use troupe::transport::frame::{Decoded, FrameDecoder, encode_frame};
 use troupe::transport::handshake::{
-    Handshake, HandshakeAction, HandshakeConfig, HandshakeEvent, MAX_HANDSHAKE_MESSAGE_LEN, Role,
-    step,
+    HELLO_LEN, Handshake, HandshakeAction, HandshakeConfig, HandshakeEvent, HandshakeMessage,
+    Hello, MAX_HANDSHAKE_MESSAGE_LEN, NONCE_LEN, Role, step,
 };
 use troupe::transport::{
-    CloseReason, ClusterSecret, InboundFrame, TcpTransport, TcpTransportConfig, Transport,
+    AdmissionSettings, CloseReason, ClusterSecret, InboundFrame, ProtocolVersions, RefusedVersions,
+    TcpTransport, TcpTransportConfig, Transport,
 };
 use troupe::{Address, UniqueAddress};
 
@@ -93,6 +96,7 @@ async fn raw_handshake(
             secret: secret(secret_text),
             role: Role::Initiator,
             expected_peer: Some(expected.clone()),
+            versions: ProtocolVersions::THIS_BUILD,
         },
         [7; 32],
     );
@@ -109,7 +113,7 @@ async fn raw_handshake(
                     encode_frame(&message, MAX_HANDSHAKE_MESSAGE_LEN, &mut out).unwrap();
                     stream.write_all(&out).await.unwrap();
                 }
-                HandshakeAction::Established(_) => return (stream, me),
+                HandshakeAction::Established { .. } => return (stream, me),
                 HandshakeAction::Reject(reason) => panic!("raw handshake rejected: {reason}"),
             }
         }
@@ -383,30 +387,216 @@ async fn a_peer_that_never_finishes_its_handshake_is_closed_after_the_handshake_
     .unwrap();
 }
 
+/// A TCP connection to `target` from the loopback address `127.0.0.<n>`.
+async fn try_connect_from(n: u8, target: SocketAddr) -> std::io::Result<TcpStream> {
+    let socket = TcpSocket::new_v4()?;
+    socket.bind(SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, n)), 0))?;
+    socket.connect(target).await
+}
+
+async fn connect_from(n: u8, target: SocketAddr) -> TcpStream {
+    try_connect_from(n, target).await.unwrap()
+}
+
+/// Waits until the node has sent its Hello on `stream`: its handshake for it is running.
+async fn read_hello(stream: &mut TcpStream) -> Vec<u8> {
+    let mut frame = vec![0u8; 4 + HELLO_LEN];
+    stream.read_exact(&mut frame).await.unwrap();
+    frame
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connections_beyond_the_handshake_backlog_are_closed_at_once_and_counted() {
+async fn connections_beyond_a_source_s_share_of_the_slots_are_refused_at_once_and_counted() {
     timeout(LIMIT, async {
         let mut a = Node::start(config(SECRET)).await;
-        let mut b = Node::start(config(SECRET).with_max_pending_handshakes(1)).await;
+        let admission = AdmissionSettings::default().with_per_source_slots(1);
+        let mut b = Node::start(config(SECRET).with_admission(admission)).await;
         let target = b.transport.local_socket_addr();
-        // The first silent connection holds the only handshake slot…
-        let mut first = TcpStream::connect(target).await.unwrap();
-        let mut hello = [0u8; 4];
-        first.read_exact(&mut hello).await.unwrap(); // B's Hello: its handshake is running
-        // …so the next one is closed without a handshake.
-        let mut second = TcpStream::connect(target).await.unwrap();
-        closed_by_server(&mut second).await;
+        // One silent connection from 127.0.0.5 holds that source's only slot…
+        let mut first = connect_from(5, target).await;
+        read_hello(&mut first).await;
+        // …so its next one is reset without a handshake, while another source is served.
+        // (The reset may come before `connect` returns.)
+        if let Ok(mut second) = try_connect_from(5, target).await {
+            closed_by_server(&mut second).await;
+        }
+        let mut other = connect_from(6, target).await;
+        read_hello(&mut other).await;
         b.transport
             .stats()
-            .wait_for(|s| s.closed(CloseReason::HandshakeBacklogFull) == 1)
+            .wait_for(|s| s.closed(CloseReason::SourceLimit) == 1)
             .await;
-        // Once the silent peer goes away its slot is free for a real peer.
-        drop(first);
+        assert_eq!(b.transport.pending_handshakes(Pool::General), 2);
+        assert_exchange(&mut a, &mut b, "not starved").await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newcomer_gets_a_slot_from_a_full_pool_of_silent_connections() {
+    timeout(LIMIT, async {
+        let admission = AdmissionSettings::default()
+            .with_general_slots(4)
+            .with_per_source_slots(1);
+        let mut b = Node::start(config(SECRET).with_admission(admission)).await;
+        let target = b.transport.local_socket_addr();
+        // Silent connections from ten sources: more than the pool holds.
+        let mut flood = Vec::new();
+        for n in 10..20 {
+            flood.push(connect_from(n, target).await);
+        }
         b.transport
             .stats()
-            .wait_for(|s| s.closed(CloseReason::HandshakeRejected) == 1)
+            .wait_for(|s| s.closed(CloseReason::Evicted) == 6)
             .await;
-        assert_exchange(&mut a, &mut b, "slot freed").await;
+        assert_eq!(b.transport.pending_handshakes(Pool::General), 4);
+        // A node b has never seen (unknown, from 127.0.0.1) still gets in: the oldest silent
+        // connection yields its slot.
+        let mut a = Node::start(config(SECRET)).await;
+        assert_exchange(&mut a, &mut b, "admitted").await;
+        assert!(b.transport.stats_snapshot().closed(CloseReason::Evicted) >= 7);
+        drop(flood);
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_proved_the_secret_reconnects_through_a_flood_on_reserved_slots() {
+    timeout(LIMIT, async {
+        let admission = AdmissionSettings::default()
+            .with_general_slots(2)
+            .with_reserved_slots(2)
+            .with_per_source_slots(1);
+        let mut b = Node::start(config(SECRET).with_admission(admission)).await;
+        let mut a = Node::start(config(SECRET)).await;
+        assert_exchange(&mut a, &mut b, "before").await;
+        assert_eq!(
+            b.transport.known_sources(),
+            1,
+            "127.0.0.1 proved the secret"
+        );
+        // A flood of silent connections from other sources, held open.
+        let target = b.transport.local_socket_addr();
+        let mut flood = Vec::new();
+        for n in 30..60 {
+            flood.push(connect_from(n, target).await);
+        }
+        // Thirty silent connections for two general slots: 28 were evicted.
+        b.transport
+            .stats()
+            .wait_for(|s| s.closed(CloseReason::Evicted) == 28)
+            .await;
+        // The member restarts (a new incarnation at a new port, same host) and gets through on
+        // a reserved slot: its host is known, and it takes no slot from the flood.
+        a.transport.shutdown().await;
+        let mut a2 = Node::start(config(SECRET)).await;
+        assert_exchange(&mut a2, &mut b, "after").await;
+        assert_eq!(b.transport.pending_handshakes(Pool::General), 2);
+        assert_eq!(
+            b.transport.stats_snapshot().closed(CloseReason::Evicted),
+            28
+        );
+        drop(flood);
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_without_the_secret_learns_nothing_about_the_node() {
+    timeout(LIMIT, async {
+        let b = Node::start(config(SECRET).with_incarnation(0x5EC2_E7AB_CDEF_0123)).await;
+        let mut client = TcpStream::connect(b.transport.local_socket_addr())
+            .await
+            .unwrap();
+        let mut hello = [0u8; 4 + HELLO_LEN];
+        client.read_exact(&mut hello).await.unwrap();
+        // A Hello, then a proof made up without the secret.
+        let ours = HandshakeMessage::Hello(Hello {
+            versions: ProtocolVersions::THIS_BUILD,
+            nonce: [1; NONCE_LEN],
+        })
+        .encode()
+        .unwrap();
+        let proof = HandshakeMessage::Proof([0; 32]).encode().unwrap();
+        let mut out = BytesMut::new();
+        encode_frame(&ours, 64, &mut out).unwrap();
+        encode_frame(&proof, 64, &mut out).unwrap();
+        client.write_all(&out).await.unwrap();
+        let mut rest = Vec::new();
+        let _ = client.read_to_end(&mut rest).await;
+        // All it ever got: the node's Hello (versions and a nonce), nothing after.
+        assert!(rest.is_empty(), "{rest:?}");
+        assert!(matches!(
+            HandshakeMessage::decode(&hello[4..]),
+            Ok(HandshakeMessage::Hello(_))
+        ));
+        // A Hello has room for the magic, the versions and the nonce only.
+        assert_eq!(
+            u32::from_be_bytes(hello[..4].try_into().unwrap()) as usize,
+            HELLO_LEN
+        );
+        for needle in [
+            &b"app"[..],
+            &b"127.0.0.1"[..],
+            &0x5EC2_E7AB_CDEF_0123u64.to_be_bytes()[..],
+        ] {
+            assert!(!hello.windows(needle.len()).any(|w| w == needle));
+        }
+        b.transport
+            .stats()
+            .wait_for(|s| s.handshakes_rejected == 1)
+            .await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_without_a_common_protocol_version_is_refused_and_counted_by_its_versions() {
+    timeout(LIMIT, async {
+        let mut a = Node::start(config(SECRET)).await;
+        let mut b = Node::start(config(SECRET)).await;
+        let ahead = ProtocolVersions::THIS_BUILD.highest() + 1;
+        let future = ProtocolVersions::new(ahead, ahead + 1).unwrap();
+        let mut client = TcpStream::connect(b.transport.local_socket_addr())
+            .await
+            .unwrap();
+        let hello = HandshakeMessage::Hello(Hello {
+            versions: future,
+            nonce: [2; NONCE_LEN],
+        })
+        .encode()
+        .unwrap();
+        let mut out = BytesMut::new();
+        encode_frame(&hello, 64, &mut out).unwrap();
+        client.write_all(&out).await.unwrap();
+        closed_by_server(&mut client).await;
+        let stats = b
+            .transport
+            .stats()
+            .wait_for(|s| s.handshakes_rejected == 1)
+            .await;
+        assert_eq!(
+            stats.refused_versions.get(&RefusedVersions::Range {
+                lowest: ahead,
+                highest: ahead + 1
+            }),
+            Some(&1)
+        );
+        // Peers of this build agree on its highest version.
+        assert_exchange(&mut a, &mut b, "same build").await;
+        assert_eq!(
+            a.transport.peer_version(&b.address()),
+            Some(ProtocolVersions::THIS_BUILD.highest())
+        );
+        assert_eq!(
+            b.transport.stats_snapshot().established_by_version
+                [&ProtocolVersions::THIS_BUILD.highest()],
+            2
+        );
     })
     .await
     .unwrap();

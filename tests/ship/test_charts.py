@@ -202,8 +202,10 @@ def check_host_pod(pod, values, objs):
     backend = effective(values, "singletonLease", "backend") or {
         "gossip": "none", "kubernetes": "kubernetes", "etcd": "etcd"}[provider]
     assert env["TROUPE_SINGLETON_LEASE"]["value"] == backend
-    if provider == "kubernetes":
+    if "kubernetes" in (provider, backend):
         assert env["TROUPE_KUBE_NAMESPACE"]["value"] == "$(POD_NAMESPACE)"
+    else:
+        assert not [k for k in env if k.startswith("TROUPE_KUBE_")]
     if provider == "etcd" or backend == "etcd":
         assert env["TROUPE_ETCD_ENDPOINTS"]["value"] == ",".join(
             effective(values, "membership", "etcd", "endpoints"))
@@ -286,6 +288,10 @@ def test_the_example_application_pod_is_a_troupe_host(example_chart):
     ({"singletonLease": {"backend": "etcd"}}, "etcd needs membership.etcd.endpoints"),
     ({"singletonLease": {"backend": "control-plane"}, "controlPlane": {"url": ""}},
      "controlPlane.url is empty"),
+    ({"membership": {"ttlMs": 7500}}, "membership.ttlMs must be a whole number of seconds"),
+    ({"membership": {"provider": "etcd", "ttlMs": 1000, "etcd": {"endpoints": ["http://e:2379"]}}},
+     "at least 2000 for etcd"),
+    ({"membership": {"ttlMs": 6000, "renewMs": 2500}}, "at most a third of membership.ttlMs"),
     ({"shutdown": {"terminationGracePeriodSeconds": 30}},
      "shutdown.terminationGracePeriodSeconds is 30 but must be above"),
 ])

@@ -102,7 +102,7 @@ def test_images_run_as_a_non_root_user_with_an_exec_entrypoint_and_documented_po
     assert agent["Entrypoint"] == ["/usr/local/bin/troupe-agent"]
     assert set(server["ExposedPorts"]) == {"8080/tcp"}
     assert set(agent["ExposedPorts"]) == {"2552/tcp", "8558/tcp"}
-    # Nothing but the binary was added on top of the base: one layer per COPY.
+    # The entrypoint takes the arguments itself (exec form): `--help` reaches the binary.
     help_text = podman("run", "--rm", "--network", "none", images["agent"], "--help").stdout
     assert "--advertised-host" in help_text
 

@@ -1,9 +1,11 @@
 //! End-to-end test support: start real Troupe processes on 127.0.0.1 and read what they
 //! report. The tests themselves live in `tests/tests/`.
 
+pub mod flood;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -53,6 +55,8 @@ pub struct Process {
     pub lines: mpsc::UnboundedReceiver<serde_json::Value>,
     /// Everything received so far.
     pub seen: Vec<serde_json::Value>,
+    /// The stderr lines so far, when started with [`Process::start_capturing_stderr`].
+    stderr: Option<Arc<Mutex<Vec<String>>>>,
 }
 
 impl Process {
@@ -62,13 +66,41 @@ impl Process {
     /// When the process cannot be started.
     #[must_use]
     pub fn start(program: &PathBuf, args: &[String]) -> Self {
+        Self::spawn(program, args, false)
+    }
+
+    /// Like [`Process::start`], and keep the stderr lines too (see [`Process::stderr_lines`]).
+    ///
+    /// # Panics
+    /// When the process cannot be started.
+    #[must_use]
+    pub fn start_capturing_stderr(program: &PathBuf, args: &[String]) -> Self {
+        Self::spawn(program, args, true)
+    }
+
+    fn spawn(program: &PathBuf, args: &[String], capture_stderr: bool) -> Self {
         let mut child = Command::new(program)
             .args(args)
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(if capture_stderr {
+                Stdio::piped()
+            } else {
+                Stdio::inherit()
+            })
             .kill_on_drop(true)
             .spawn()
             .expect("start process");
+        let stderr = child.stderr.take().map(|stderr| {
+            let lines = Arc::new(Mutex::new(Vec::new()));
+            let sink = Arc::clone(&lines);
+            tokio::spawn(async move {
+                let mut reader = BufReader::new(stderr).lines();
+                while let Ok(Some(line)) = reader.next_line().await {
+                    sink.lock().expect("stderr lines lock").push(line);
+                }
+            });
+            lines
+        });
         let stdout = child.stdout.take().expect("piped stdout");
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(async move {
@@ -85,6 +117,32 @@ impl Process {
             child,
             lines: rx,
             seen: Vec::new(),
+            stderr,
+        }
+    }
+
+    /// The operating system's id of the process, while it runs.
+    #[must_use]
+    pub fn id(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// The stderr lines printed so far (empty unless started capturing them).
+    ///
+    /// # Panics
+    /// When the collecting task panicked.
+    #[must_use]
+    pub fn stderr_lines(&self) -> Vec<String> {
+        self.stderr
+            .as_ref()
+            .map(|lines| lines.lock().expect("stderr lines lock").clone())
+            .unwrap_or_default()
+    }
+
+    /// Moves every line printed so far into [`Process::seen`] without waiting.
+    pub fn drain(&mut self) {
+        while let Ok(line) = self.lines.try_recv() {
+            self.seen.push(line);
         }
     }
 

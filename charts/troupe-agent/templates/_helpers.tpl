@@ -103,6 +103,17 @@ timeout (seed 003), computed with a margin unless set explicitly.
 {{- if and (or (eq $m.provider "etcd") (eq $lease "etcd")) (not $m.etcd.endpoints) -}}
 {{- fail (printf "membership.provider is %s and singletonLease.backend is %s: etcd needs membership.etcd.endpoints" $m.provider $lease) -}}
 {{- end -}}
+{{- with $m.ttlMs -}}
+{{- if or (lt (int .) 1000) (ne (mod (int .) 1000) 0) -}}
+{{- fail (printf "membership.ttlMs must be a whole number of seconds of at least 1000 (Leases and etcd count whole seconds), got %d" (int .)) -}}
+{{- end -}}
+{{- if and (eq $m.provider "etcd") (lt (int .) 2000) -}}
+{{- fail (printf "membership.ttlMs must be at least 2000 for etcd (its smallest lease), got %d" (int .)) -}}
+{{- end -}}
+{{- end -}}
+{{- if and $m.renewMs $m.ttlMs (gt (mul (int $m.renewMs) 3) (int $m.ttlMs)) -}}
+{{- fail (printf "membership.renewMs (%d) must be at most a third of membership.ttlMs (%d), so that two renewals can fail before the lease expires" (int $m.renewMs) (int $m.ttlMs)) -}}
+{{- end -}}
 {{- if and (eq $lease "control-plane") (not .Values.controlPlane.url) -}}
 {{- fail "singletonLease.backend is control-plane but controlPlane.url is empty" -}}
 {{- end -}}
@@ -154,7 +165,7 @@ timeout (seed 003), computed with a margin unless set explicitly.
       key: {{ $v.secret.clusterSecretKey }}
 - name: TROUPE_MEMBERSHIP
   value: {{ $v.membership.provider | quote }}
-{{- if eq $v.membership.provider "kubernetes" }}
+{{- if or (eq $v.membership.provider "kubernetes") (eq $lease "kubernetes") }}
 - name: TROUPE_KUBE_NAMESPACE
   value: "$(POD_NAMESPACE)"
 {{- with $v.membership.kubernetes.leasePrefix }}

@@ -1,26 +1,33 @@
 //! The mutual challenge–response handshake that opens every connection between two nodes:
-//! each side proves it knows the shared cluster secret without sending it, and learns the
-//! verified identity of the other.
+//! they agree on a protocol version, each proves it knows the shared cluster secret without
+//! sending it, and each learns the verified identity of the other — and nobody learns anything
+//! about a node before proving the secret to it.
 //!
 //! # Protocol
-//! Both sides send a [`Hello`] at once: protocol version, their [`UniqueAddress`] and a fresh
-//! random 32-byte nonce. On receiving the peer's `Hello`, a side checks the version, the
-//! actor-system name and — when it dialled — that the peer is the address it dialled, then
-//! sends a [`HandshakeMessage::Proof`]:
+//! Both sides send a [`Hello`] at once: the protocol versions they speak and a fresh random
+//! 32-byte nonce, nothing else. Each picks the highest version both speak (or refuses naming
+//! both ranges). Then, with `T` the exact bytes of both Hellos (`len‖initiator Hello ‖
+//! len‖acceptor Hello`):
 //!
 //! ```text
-//! proof(role) = HMAC-SHA256(secret, "troupe-handshake/v1" ‖ role ‖ len‖initiator Hello ‖ len‖acceptor Hello)
+//! initiator → acceptor   Proof     tag = HMAC(secret, "troupe-handshake/v2" ‖ 'P' ‖ T)
+//! acceptor → initiator   Identity  its address and incarnation,
+//!                                  tag = HMAC(secret, label ‖ 'A' ‖ T ‖ len‖identity without tag)
+//! initiator → acceptor   Identity  its address and incarnation,
+//!                                  tag = HMAC(secret, label ‖ 'I' ‖ T ‖ len‖acceptor Identity ‖ len‖identity without tag)
 //! ```
 //!
-//! where `role` is the prover's side (initiator or acceptor) and the Hellos are the exact bytes
-//! exchanged, so the proof covers both nonces, both identities and the direction. A proof can
-//! be replayed neither on another connection (fresh nonces) nor in the other direction (the
-//! role). The receiver recomputes the expected proof and compares in constant time.
+//! The acceptor says who it is only after the initiator proved the secret, and the initiator
+//! only after the acceptor proved it in turn, so a client without the secret learns only that
+//! a Troupe node listens (and which versions it speaks), and a node that answers at a dialled
+//! address without the secret learns nothing about the dialler. Every tag covers both nonces
+//! (no replay on another connection), both version ranges (no downgrade), the prover's role
+//! (no reflection) and everything said before it. Tags are compared in constant time.
 //!
 //! # What it does not give
 //! Without TLS the frames that follow the handshake are not authenticated: an on-path attacker
 //! who relays a handshake can inject later bytes. Every member holds the same secret, so a
-//! member can claim any identity. The secret must be high-entropy (a proof is an HMAC over
+//! member can claim any identity. The secret must be high-entropy (a tag is an HMAC over
 //! values an unauthenticated peer can choose, so a guessable secret can be brute-forced
 //! offline); [`ClusterSecret::new`] demands at least 16 bytes, 32 random bytes are
 //! recommended.
@@ -39,24 +46,36 @@ use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
 use super::frame::FrameError;
+use super::version::{ProtocolVersions, VersionMismatch};
 use crate::address::{Address, UniqueAddress};
 
-/// The handshake protocol version this build speaks.
-pub const PROTOCOL_VERSION: u16 = 1;
 /// Bytes in a nonce.
 pub const NONCE_LEN: usize = 32;
-/// Bytes in a proof (an HMAC-SHA256 tag).
-pub const PROOF_LEN: usize = 32;
-/// The largest encoded handshake message; the shell uses it as the maximum frame size until
-/// the handshake is done, so an unauthenticated peer cannot make us buffer more.
-pub const MAX_HANDSHAKE_MESSAGE_LEN: usize = 4 + 1 + 2 + 8 + 2 + 1 + 255 + 1 + 255 + NONCE_LEN;
+/// Bytes in a tag (an HMAC-SHA256 output).
+pub const TAG_LEN: usize = 32;
+/// Bytes in a [`Hello`], the same in every protocol version.
+pub const HELLO_LEN: usize = 4 + 1 + 2 + 2 + NONCE_LEN;
+/// Bytes in a proof message.
+pub const PROOF_LEN: usize = 4 + 1 + TAG_LEN;
+/// The largest message a side accepts before its peer has proven the secret: a node that
+/// has not been shown the secret buffers at most this much for a connection.
+pub const MAX_UNPROVEN_MESSAGE_LEN: usize = if HELLO_LEN > PROOF_LEN {
+    HELLO_LEN
+} else {
+    PROOF_LEN
+};
+/// The largest encoded handshake message (an identity with 255-byte names).
+pub const MAX_HANDSHAKE_MESSAGE_LEN: usize = 4 + 1 + 8 + 2 + 1 + 255 + 1 + 255 + TAG_LEN;
 /// The smallest accepted secret.
 pub const MIN_SECRET_LEN: usize = 16;
 
 const MAGIC: [u8; 4] = *b"TRPH";
 const KIND_HELLO: u8 = b'H';
 const KIND_PROOF: u8 = b'P';
-const TRANSCRIPT_LABEL: &[u8] = b"troupe-handshake/v1";
+const KIND_IDENTITY: u8 = b'I';
+const TRANSCRIPT_LABEL: &[u8] = b"troupe-handshake/v2";
+/// Version 1 (Troupe 0.1.0) put its only version where a Hello now has its highest.
+const LEGACY_VERSION: u16 = 1;
 
 /// The shared cluster secret. Its `Debug` output is redacted.
 #[derive(Clone)]
@@ -78,6 +97,19 @@ impl ClusterSecret {
     fn mac(&self) -> Hmac<Sha256> {
         // HMAC takes keys of any length: `new_from_slice` cannot fail here.
         <Hmac<Sha256> as Mac>::new_from_slice(&self.0).unwrap_or_else(|_| unreachable!())
+    }
+
+    /// `HMAC(secret, TRANSCRIPT_LABEL ‖ purpose ‖ parts…)`, each part length-prefixed so that
+    /// no two different transcripts hash the same bytes.
+    fn tag(&self, purpose: u8, parts: &[&[u8]]) -> [u8; TAG_LEN] {
+        let mut mac = self.mac();
+        mac.update(TRANSCRIPT_LABEL);
+        mac.update(&[purpose]);
+        for part in parts {
+            mac.update(&(part.len() as u32).to_be_bytes());
+            mac.update(part);
+        }
+        mac.finalize().into_bytes().into()
     }
 }
 
@@ -106,38 +138,33 @@ pub enum Role {
     Acceptor,
 }
 
-impl Role {
-    fn label(self) -> u8 {
-        match self {
-            Self::Initiator => b'I',
-            Self::Acceptor => b'A',
-        }
-    }
-
-    fn other(self) -> Self {
-        match self {
-            Self::Initiator => Self::Acceptor,
-            Self::Acceptor => Self::Initiator,
-        }
-    }
-}
-
-/// The first message of each side.
+/// The first message of each side: what it speaks and its challenge. Nothing about the node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hello {
-    /// The sender's identity (checked only by the proof that follows).
-    pub from: UniqueAddress,
+    /// The protocol versions the sender speaks.
+    pub versions: ProtocolVersions,
     /// Fresh randomness for this connection.
     pub nonce: [u8; NONCE_LEN],
+}
+
+/// Who a side is, sent once the other side has proven the secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// The sender's address and incarnation.
+    pub node: UniqueAddress,
+    /// The HMAC that binds it to this connection's transcript.
+    pub tag: [u8; TAG_LEN],
 }
 
 /// A handshake message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HandshakeMessage {
-    /// Who I am, and my challenge.
+    /// What I speak, and my challenge.
     Hello(Hello),
-    /// The HMAC over the transcript that proves knowledge of the secret.
-    Proof([u8; PROOF_LEN]),
+    /// The initiator's proof that it holds the secret (a tag over both Hellos).
+    Proof([u8; TAG_LEN]),
+    /// Who I am, bound to the transcript.
+    Identity(Identity),
 }
 
 /// Why bytes are not a handshake message.
@@ -152,14 +179,19 @@ pub enum HandshakeDecodeError {
         /// The missing field.
         field: &'static str,
     },
-    /// The message kind byte is neither Hello nor Proof.
+    /// The message kind byte is neither Hello, Proof nor Identity.
     #[error("unknown handshake message kind {0:#04x}")]
     UnknownKind(u8),
-    /// The peer speaks another protocol version.
-    #[error("protocol version {theirs} is not supported (this node speaks {PROTOCOL_VERSION})")]
-    UnsupportedVersion {
-        /// The peer's version.
-        theirs: u16,
+    /// The peer speaks a version from before negotiation, or an inverted range.
+    #[error("{0}")]
+    UnsupportedVersion(VersionMismatch),
+    /// A Hello's version range is inverted.
+    #[error("the peer's lowest protocol version {lowest} is above its highest {highest}")]
+    InvertedVersions {
+        /// The lowest version the peer claims.
+        lowest: u16,
+        /// The highest version the peer claims.
+        highest: u16,
     },
     /// A text field is not UTF-8 or is empty.
     #[error("the {field} is empty or not UTF-8")]
@@ -185,21 +217,22 @@ impl HandshakeMessage {
     /// [`HandshakeDecodeError::FieldTooLong`] when a system or host name exceeds 255 bytes.
     pub fn encode(&self) -> Result<Bytes, HandshakeDecodeError> {
         let mut out = BytesMut::with_capacity(MAX_HANDSHAKE_MESSAGE_LEN);
-        out.put_slice(&MAGIC);
         match self {
             Self::Hello(hello) => {
+                out.put_slice(&MAGIC);
                 out.put_u8(KIND_HELLO);
-                out.put_u16(PROTOCOL_VERSION);
-                out.put_u64(hello.from.incarnation);
-                out.put_u16(hello.from.address.port);
-                put_text(&mut out, &hello.from.address.system, "system name")?;
-                put_text(&mut out, &hello.from.address.host, "host")?;
+                out.put_u16(hello.versions.highest());
+                out.put_u16(hello.versions.lowest());
                 out.put_slice(&hello.nonce);
             }
-            Self::Proof(proof) => {
+            Self::Proof(tag) => {
+                out.put_slice(&MAGIC);
                 out.put_u8(KIND_PROOF);
-                out.put_u16(PROTOCOL_VERSION);
-                out.put_slice(proof);
+                out.put_slice(tag);
+            }
+            Self::Identity(identity) => {
+                out.put_slice(&identity_body(&identity.node)?);
+                out.put_slice(&identity.tag);
             }
         }
         Ok(out.freeze())
@@ -208,37 +241,46 @@ impl HandshakeMessage {
     /// Parses one message. Never panics.
     ///
     /// # Errors
-    /// A [`HandshakeDecodeError`] saying what is wrong. The version is checked right after the
-    /// magic and kind, so a peer of another version is reported as such even if the rest of
-    /// its layout differs.
+    /// A [`HandshakeDecodeError`] saying what is wrong. A Hello's highest version sits where
+    /// version 1 put its only one, so a node of that version is reported as such even though
+    /// the rest of its layout differs.
     pub fn decode(bytes: &[u8]) -> Result<Self, HandshakeDecodeError> {
         let mut r = Reader(bytes);
         if r.take(MAGIC.len(), "magic")? != MAGIC {
             return Err(HandshakeDecodeError::BadMagic);
         }
-        let kind = r.u8("kind")?;
-        if kind != KIND_HELLO && kind != KIND_PROOF {
-            return Err(HandshakeDecodeError::UnknownKind(kind));
-        }
-        let version = r.u16("version")?;
-        if version != PROTOCOL_VERSION {
-            return Err(HandshakeDecodeError::UnsupportedVersion { theirs: version });
-        }
-        let message = if kind == KIND_HELLO {
-            let incarnation = r.u64("incarnation")?;
-            let port = r.u16("port")?;
-            let system = r.text("system name")?;
-            let host = r.text("host")?;
-            let nonce = r.array::<NONCE_LEN>("nonce")?;
-            Self::Hello(Hello {
-                from: UniqueAddress {
-                    address: Address::new(system, host, port),
-                    incarnation,
-                },
-                nonce,
-            })
-        } else {
-            Self::Proof(r.array::<PROOF_LEN>("proof")?)
+        let message = match r.u8("kind")? {
+            KIND_HELLO => {
+                let highest = r.u16("highest version")?;
+                if highest == LEGACY_VERSION {
+                    return Err(HandshakeDecodeError::UnsupportedVersion(VersionMismatch {
+                        ours: ProtocolVersions::THIS_BUILD,
+                        theirs: ProtocolVersions::only(LEGACY_VERSION),
+                    }));
+                }
+                let lowest = r.u16("lowest version")?;
+                let versions = ProtocolVersions::new(lowest, highest)
+                    .ok_or(HandshakeDecodeError::InvertedVersions { lowest, highest })?;
+                Self::Hello(Hello {
+                    versions,
+                    nonce: r.array("nonce")?,
+                })
+            }
+            KIND_PROOF => Self::Proof(r.array("proof")?),
+            KIND_IDENTITY => {
+                let incarnation = r.u64("incarnation")?;
+                let port = r.u16("port")?;
+                let system = r.text("system name")?;
+                let host = r.text("host")?;
+                Self::Identity(Identity {
+                    node: UniqueAddress {
+                        address: Address::new(system, host, port),
+                        incarnation,
+                    },
+                    tag: r.array("tag")?,
+                })
+            }
+            kind => return Err(HandshakeDecodeError::UnknownKind(kind)),
         };
         match r.0.len() {
             0 => Ok(message),
@@ -250,8 +292,21 @@ impl HandshakeMessage {
         match self {
             Self::Hello(_) => "hello",
             Self::Proof(_) => "proof",
+            Self::Identity(_) => "identity",
         }
     }
+}
+
+/// An identity message without its tag: the bytes the tag covers.
+fn identity_body(node: &UniqueAddress) -> Result<BytesMut, HandshakeDecodeError> {
+    let mut out = BytesMut::with_capacity(MAX_HANDSHAKE_MESSAGE_LEN);
+    out.put_slice(&MAGIC);
+    out.put_u8(KIND_IDENTITY);
+    out.put_u64(node.incarnation);
+    out.put_u16(node.address.port);
+    put_text(&mut out, &node.address.system, "system name")?;
+    put_text(&mut out, &node.address.host, "host")?;
+    Ok(out)
 }
 
 fn put_text(
@@ -312,14 +367,9 @@ impl<'a> Reader<'a> {
 /// Why a handshake failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HandshakeRejection {
-    /// The peer speaks another protocol version.
-    #[error("protocol version mismatch: this node speaks {ours}, the peer {theirs}")]
-    VersionMismatch {
-        /// Our version.
-        ours: u16,
-        /// The peer's.
-        theirs: u16,
-    },
+    /// The two nodes speak no common protocol version.
+    #[error(transparent)]
+    VersionMismatch(VersionMismatch),
     /// The peer's proof is wrong: it does not hold the cluster secret.
     #[error("the peer's proof is wrong: it does not hold this cluster's secret")]
     BadProof,
@@ -336,7 +386,7 @@ pub enum HandshakeRejection {
     UnexpectedPeer {
         /// The dialled address.
         expected: Address,
-        /// The address in the peer's Hello.
+        /// The address in the peer's identity.
         actual: Address,
     },
     /// A message arrived out of order.
@@ -372,6 +422,16 @@ pub struct HandshakeConfig {
     pub role: Role,
     /// For an initiator: the address it dialled; the peer must claim exactly that.
     pub expected_peer: Option<Address>,
+    /// The protocol versions this side speaks (normally [`ProtocolVersions::THIS_BUILD`]).
+    pub versions: ProtocolVersions,
+}
+
+/// What both sides said so far, as the tags cover it.
+#[derive(Debug, Clone)]
+pub struct Transcript {
+    initiator_hello: Bytes,
+    acceptor_hello: Bytes,
+    version: u16,
 }
 
 /// The handshake's state.
@@ -391,17 +451,28 @@ pub enum Handshake {
         /// Our Hello as sent.
         our_hello: Bytes,
     },
-    /// Our proof is out; waiting for the peer's.
+    /// Acceptor: waiting for the initiator to prove the secret.
     AwaitingProof {
-        /// The peer's claimed identity.
-        peer: UniqueAddress,
-        /// The proof the peer must send.
-        expected_proof: [u8; PROOF_LEN],
+        /// Settings.
+        config: HandshakeConfig,
+        /// Both Hellos and the version they agree on.
+        transcript: Transcript,
     },
-    /// The peer proved the secret.
+    /// Initiator (proof sent), or acceptor (identity sent): waiting for the peer's identity.
+    AwaitingIdentity {
+        /// Settings.
+        config: HandshakeConfig,
+        /// Both Hellos and the version they agree on.
+        transcript: Transcript,
+        /// Acceptor only: the identity message it sent, covered by the initiator's tag.
+        our_identity: Option<Bytes>,
+    },
+    /// The peer proved the secret and said who it is.
     Established {
         /// Its verified identity.
         peer: UniqueAddress,
+        /// The protocol version the connection speaks.
+        version: u16,
     },
     /// The handshake failed.
     Rejected {
@@ -421,6 +492,27 @@ impl Handshake {
     #[must_use]
     pub fn is_finished(&self) -> bool {
         matches!(self, Self::Established { .. } | Self::Rejected { .. })
+    }
+
+    /// Whether the peer's Hello was valid (it may still fail to prove the secret).
+    #[must_use]
+    pub fn has_peer_hello(&self) -> bool {
+        matches!(
+            self,
+            Self::AwaitingProof { .. } | Self::AwaitingIdentity { .. } | Self::Established { .. }
+        )
+    }
+
+    /// The largest frame the next message from the peer may be: small until the peer has
+    /// proven the secret, so an unproven peer cannot make this side buffer more.
+    #[must_use]
+    pub fn max_next_message_len(&self) -> usize {
+        match self {
+            // An initiator's peer proves itself with its identity; an acceptor has its peer's
+            // proof before it waits for the identity.
+            Self::AwaitingIdentity { .. } => MAX_HANDSHAKE_MESSAGE_LEN,
+            _ => MAX_UNPROVEN_MESSAGE_LEN,
+        }
     }
 }
 
@@ -442,8 +534,13 @@ pub enum HandshakeEvent {
 pub enum HandshakeAction {
     /// Send this message as one frame.
     Send(Bytes),
-    /// Done: the peer is who it says.
-    Established(UniqueAddress),
+    /// Done: the peer is who it says, and the connection speaks `version`.
+    Established {
+        /// The peer's verified identity.
+        peer: UniqueAddress,
+        /// The negotiated protocol version.
+        version: u16,
+    },
     /// Done: close the connection for this reason.
     Reject(HandshakeRejection),
 }
@@ -458,7 +555,7 @@ pub fn step(state: Handshake, event: HandshakeEvent) -> (Handshake, Vec<Handshak
         (_, HandshakeEvent::ConnectionFailed(Some(e))) => reject(HandshakeRejection::Frame(e)),
         (Handshake::Idle { config, nonce }, HandshakeEvent::Start) => {
             let hello = HandshakeMessage::Hello(Hello {
-                from: config.local.clone(),
+                versions: config.versions,
                 nonce,
             });
             match hello.encode() {
@@ -481,40 +578,19 @@ pub fn step(state: Handshake, event: HandshakeEvent) -> (Handshake, Vec<Handshak
         }
         (state, HandshakeEvent::Start) => (state, vec![]),
         (Handshake::AwaitingHello { config, our_hello }, HandshakeEvent::Received(bytes)) => {
-            match on_hello(&config, &our_hello, &bytes) {
-                Ok((peer, our_proof, expected_proof)) => (
-                    Handshake::AwaitingProof {
-                        peer,
-                        expected_proof,
-                    },
-                    vec![HandshakeAction::Send(our_proof)],
-                ),
-                Err(reason) => reject(reason),
-            }
+            on_hello(config, our_hello, bytes)
+        }
+        (Handshake::AwaitingProof { config, transcript }, HandshakeEvent::Received(bytes)) => {
+            on_proof(config, transcript, &bytes)
         }
         (
-            Handshake::AwaitingProof {
-                peer,
-                expected_proof,
+            Handshake::AwaitingIdentity {
+                config,
+                transcript,
+                our_identity,
             },
             HandshakeEvent::Received(bytes),
-        ) => match HandshakeMessage::decode(&bytes) {
-            Ok(HandshakeMessage::Proof(proof)) => {
-                if bool::from(proof.ct_eq(&expected_proof)) {
-                    (
-                        Handshake::Established { peer: peer.clone() },
-                        vec![HandshakeAction::Established(peer)],
-                    )
-                } else {
-                    reject(HandshakeRejection::BadProof)
-                }
-            }
-            Ok(other) => reject(HandshakeRejection::UnexpectedMessage {
-                expected: "proof",
-                got: other.kind(),
-            }),
-            Err(e) => reject(decode_rejection(e)),
-        },
+        ) => on_identity(&config, &transcript, our_identity.as_deref(), &bytes),
     }
 }
 
@@ -529,408 +605,211 @@ fn reject(reason: HandshakeRejection) -> (Handshake, Vec<HandshakeAction>) {
 
 fn decode_rejection(e: HandshakeDecodeError) -> HandshakeRejection {
     match e {
-        HandshakeDecodeError::UnsupportedVersion { theirs } => {
-            HandshakeRejection::VersionMismatch {
-                ours: PROTOCOL_VERSION,
-                theirs,
-            }
+        HandshakeDecodeError::UnsupportedVersion(mismatch) => {
+            HandshakeRejection::VersionMismatch(mismatch)
         }
         other => HandshakeRejection::Malformed(other),
     }
 }
 
-/// Checks the peer's Hello; returns its identity, our proof to send and the proof to expect.
+fn decode(bytes: &[u8], expected: &'static str) -> Result<HandshakeMessage, HandshakeRejection> {
+    let message = HandshakeMessage::decode(bytes).map_err(decode_rejection)?;
+    if message.kind() == expected {
+        Ok(message)
+    } else {
+        Err(HandshakeRejection::UnexpectedMessage {
+            expected,
+            got: message.kind(),
+        })
+    }
+}
+
+/// Both Hellos are known: agree on a version; the initiator proves the secret.
 fn on_hello(
-    config: &HandshakeConfig,
-    our_hello: &[u8],
-    their_hello: &[u8],
-) -> Result<(UniqueAddress, Bytes, [u8; PROOF_LEN]), HandshakeRejection> {
-    let hello = match HandshakeMessage::decode(their_hello).map_err(decode_rejection)? {
-        HandshakeMessage::Hello(hello) => hello,
-        other => {
-            return Err(HandshakeRejection::UnexpectedMessage {
-                expected: "hello",
-                got: other.kind(),
-            });
+    config: HandshakeConfig,
+    our_hello: Bytes,
+    their_hello: Bytes,
+) -> (Handshake, Vec<HandshakeAction>) {
+    let hello = match decode(&their_hello, "hello") {
+        Ok(HandshakeMessage::Hello(hello)) => hello,
+        Ok(_) => unreachable!("decode checks the kind"),
+        Err(mut reason) => {
+            if let HandshakeRejection::VersionMismatch(mismatch) = &mut reason {
+                mismatch.ours = config.versions;
+            }
+            return reject(reason);
         }
     };
-    let peer = hello.from;
+    let version = match config.versions.negotiate(hello.versions) {
+        Ok(version) => version,
+        Err(mismatch) => return reject(HandshakeRejection::VersionMismatch(mismatch)),
+    };
+    match config.role {
+        Role::Initiator => {
+            let transcript = Transcript {
+                initiator_hello: our_hello,
+                acceptor_hello: their_hello,
+                version,
+            };
+            let tag = config.secret.tag(
+                KIND_PROOF,
+                &[&transcript.initiator_hello, &transcript.acceptor_hello],
+            );
+            match HandshakeMessage::Proof(tag).encode() {
+                Ok(proof) => (
+                    Handshake::AwaitingIdentity {
+                        config,
+                        transcript,
+                        our_identity: None,
+                    },
+                    vec![HandshakeAction::Send(proof)],
+                ),
+                Err(e) => reject(HandshakeRejection::Malformed(e)),
+            }
+        }
+        Role::Acceptor => (
+            Handshake::AwaitingProof {
+                config,
+                transcript: Transcript {
+                    initiator_hello: their_hello,
+                    acceptor_hello: our_hello,
+                    version,
+                },
+            },
+            vec![],
+        ),
+    }
+}
+
+/// Acceptor: the initiator's proof. Only a correct one earns our identity.
+fn on_proof(
+    config: HandshakeConfig,
+    transcript: Transcript,
+    bytes: &[u8],
+) -> (Handshake, Vec<HandshakeAction>) {
+    let tag = match decode(bytes, "proof") {
+        Ok(HandshakeMessage::Proof(tag)) => tag,
+        Ok(_) => unreachable!("decode checks the kind"),
+        Err(reason) => return reject(reason),
+    };
+    let expected = config.secret.tag(
+        KIND_PROOF,
+        &[&transcript.initiator_hello, &transcript.acceptor_hello],
+    );
+    if !bool::from(tag.ct_eq(&expected)) {
+        return reject(HandshakeRejection::BadProof);
+    }
+    let body = match identity_body(&config.local) {
+        Ok(body) => body,
+        Err(e) => return reject(HandshakeRejection::Malformed(e)),
+    };
+    let tag = config.secret.tag(
+        Role::Acceptor.identity_purpose(),
+        &[
+            &transcript.initiator_hello,
+            &transcript.acceptor_hello,
+            &body,
+        ],
+    );
+    let mut message = body;
+    message.put_slice(&tag);
+    let message = message.freeze();
+    (
+        Handshake::AwaitingIdentity {
+            config,
+            transcript,
+            our_identity: Some(message.clone()),
+        },
+        vec![HandshakeAction::Send(message)],
+    )
+}
+
+impl Role {
+    /// The purpose byte of the tag on this role's identity message.
+    fn identity_purpose(self) -> u8 {
+        match self {
+            Self::Initiator => b'I',
+            Self::Acceptor => b'A',
+        }
+    }
+}
+
+/// The peer's identity: check its tag, its system and (initiator) the dialled address.
+fn on_identity(
+    config: &HandshakeConfig,
+    transcript: &Transcript,
+    our_identity: Option<&[u8]>,
+    bytes: &[u8],
+) -> (Handshake, Vec<HandshakeAction>) {
+    let identity = match decode(bytes, "identity") {
+        Ok(HandshakeMessage::Identity(identity)) => identity,
+        Ok(_) => unreachable!("decode checks the kind"),
+        Err(reason) => return reject(reason),
+    };
+    let body = &bytes[..bytes.len() - TAG_LEN];
+    let hellos: [&[u8]; 2] = [&transcript.initiator_hello, &transcript.acceptor_hello];
+    let expected = match (config.role, our_identity) {
+        (Role::Initiator, _) => config.secret.tag(
+            Role::Acceptor.identity_purpose(),
+            &[hellos[0], hellos[1], body],
+        ),
+        (Role::Acceptor, Some(ours)) => config.secret.tag(
+            Role::Initiator.identity_purpose(),
+            &[hellos[0], hellos[1], ours, body],
+        ),
+        (Role::Acceptor, None) => unreachable!("an acceptor sends its identity first"),
+    };
+    if !bool::from(identity.tag.ct_eq(&expected)) {
+        return reject(HandshakeRejection::BadProof);
+    }
+    let peer = identity.node;
     if peer.address.system != config.local.address.system {
-        return Err(HandshakeRejection::WrongSystem {
+        return reject(HandshakeRejection::WrongSystem {
             ours: config.local.address.system.to_string(),
             theirs: peer.address.system.to_string(),
         });
     }
-    if let Some(expected) = &config.expected_peer {
-        if *expected != peer.address {
-            return Err(HandshakeRejection::UnexpectedPeer {
-                expected: expected.clone(),
-                actual: peer.address,
-            });
+    let version = transcript.version;
+    match config.role {
+        Role::Acceptor => (
+            Handshake::Established {
+                peer: peer.clone(),
+                version,
+            },
+            vec![HandshakeAction::Established { peer, version }],
+        ),
+        Role::Initiator => {
+            if let Some(expected) = &config.expected_peer {
+                if *expected != peer.address {
+                    return reject(HandshakeRejection::UnexpectedPeer {
+                        expected: expected.clone(),
+                        actual: peer.address,
+                    });
+                }
+            }
+            let our_body = match identity_body(&config.local) {
+                Ok(body) => body,
+                Err(e) => return reject(HandshakeRejection::Malformed(e)),
+            };
+            let tag = config.secret.tag(
+                Role::Initiator.identity_purpose(),
+                &[hellos[0], hellos[1], bytes, &our_body],
+            );
+            let mut message = our_body;
+            message.put_slice(&tag);
+            (
+                Handshake::Established {
+                    peer: peer.clone(),
+                    version,
+                },
+                vec![
+                    HandshakeAction::Send(message.freeze()),
+                    HandshakeAction::Established { peer, version },
+                ],
+            )
         }
     }
-    let (initiator_hello, acceptor_hello) = match config.role {
-        Role::Initiator => (our_hello, their_hello),
-        Role::Acceptor => (their_hello, our_hello),
-    };
-    let our_proof = proof(&config.secret, config.role, initiator_hello, acceptor_hello);
-    let expected = proof(
-        &config.secret,
-        config.role.other(),
-        initiator_hello,
-        acceptor_hello,
-    );
-    let message = HandshakeMessage::Proof(our_proof)
-        .encode()
-        .map_err(HandshakeRejection::Malformed)?;
-    Ok((peer, message, expected))
-}
-
-/// `HMAC-SHA256(secret, label ‖ prover role ‖ len‖initiator Hello ‖ len‖acceptor Hello)`.
-fn proof(
-    secret: &ClusterSecret,
-    prover: Role,
-    initiator_hello: &[u8],
-    acceptor_hello: &[u8],
-) -> [u8; PROOF_LEN] {
-    let mut mac = secret.mac();
-    mac.update(TRANSCRIPT_LABEL);
-    mac.update(&[prover.label()]);
-    for hello in [initiator_hello, acceptor_hello] {
-        // Length-prefixed so that no two different transcripts hash the same bytes.
-        mac.update(&(hello.len() as u32).to_be_bytes());
-        mac.update(hello);
-    }
-    mac.finalize().into_bytes().into()
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    fn node(port: u16, incarnation: u64) -> UniqueAddress {
-        UniqueAddress {
-            address: Address::new("app", "127.0.0.1", port),
-            incarnation,
-        }
-    }
-
-    fn secret(s: &str) -> ClusterSecret {
-        ClusterSecret::new(s).unwrap()
-    }
-
-    const SECRET: &str = "0123456789abcdef-cluster-secret";
-
-    fn side(
-        local: UniqueAddress,
-        secret: ClusterSecret,
-        role: Role,
-        expected_peer: Option<Address>,
-        nonce: u8,
-    ) -> Handshake {
-        Handshake::new(
-            HandshakeConfig {
-                local,
-                secret,
-                role,
-                expected_peer,
-            },
-            [nonce; NONCE_LEN],
-        )
-    }
-
-    /// Runs two handshakes against each other, delivering messages in order, and returns what
-    /// each side concluded.
-    fn run(mut a: Handshake, mut b: Handshake) -> (Handshake, Handshake) {
-        let mut to_b = Vec::new();
-        let mut to_a = Vec::new();
-        let collect = |actions: Vec<HandshakeAction>, out: &mut Vec<Bytes>| {
-            for action in actions {
-                if let HandshakeAction::Send(bytes) = action {
-                    out.push(bytes);
-                }
-            }
-        };
-        let actions;
-        (a, actions) = step(a, HandshakeEvent::Start);
-        collect(actions, &mut to_b);
-        let actions;
-        (b, actions) = step(b, HandshakeEvent::Start);
-        collect(actions, &mut to_a);
-        while !to_a.is_empty() || !to_b.is_empty() {
-            for msg in std::mem::take(&mut to_b) {
-                let actions;
-                (b, actions) = step(b, HandshakeEvent::Received(msg));
-                collect(actions, &mut to_a);
-            }
-            for msg in std::mem::take(&mut to_a) {
-                let actions;
-                (a, actions) = step(a, HandshakeEvent::Received(msg));
-                collect(actions, &mut to_b);
-            }
-        }
-        (a, b)
-    }
-
-    fn established(h: &Handshake) -> Option<&UniqueAddress> {
-        match h {
-            Handshake::Established { peer } => Some(peer),
-            _ => None,
-        }
-    }
-
-    fn rejection(h: &Handshake) -> Option<&HandshakeRejection> {
-        match h {
-            Handshake::Rejected { reason } => Some(reason),
-            _ => None,
-        }
-    }
-
-    #[test]
-    fn sides_with_the_same_secret_learn_each_others_verified_identity() {
-        let (a, b) = run(
-            side(
-                node(1, 11),
-                secret(SECRET),
-                Role::Initiator,
-                Some(node(2, 0).address),
-                1,
-            ),
-            side(node(2, 22), secret(SECRET), Role::Acceptor, None, 2),
-        );
-        assert_eq!(established(&a), Some(&node(2, 22)));
-        assert_eq!(established(&b), Some(&node(1, 11)));
-    }
-
-    #[test]
-    fn a_wrong_secret_is_rejected_by_both_sides_as_a_bad_proof() {
-        let (a, b) = run(
-            side(node(1, 11), secret(SECRET), Role::Initiator, None, 1),
-            side(
-                node(2, 22),
-                secret("another-secret-of-16"),
-                Role::Acceptor,
-                None,
-                2,
-            ),
-        );
-        assert_eq!(rejection(&a), Some(&HandshakeRejection::BadProof));
-        assert_eq!(rejection(&b), Some(&HandshakeRejection::BadProof));
-    }
-
-    #[test]
-    fn the_secret_never_appears_in_any_message() {
-        let s = secret(SECRET);
-        let (mut h, actions) = step(
-            side(node(1, 1), s.clone(), Role::Initiator, None, 9),
-            HandshakeEvent::Start,
-        );
-        let mut sent: Vec<Bytes> = actions
-            .into_iter()
-            .filter_map(|a| match a {
-                HandshakeAction::Send(b) => Some(b),
-                _ => None,
-            })
-            .collect();
-        let peer_hello = HandshakeMessage::Hello(Hello {
-            from: node(2, 2),
-            nonce: [3; NONCE_LEN],
-        })
-        .encode()
-        .unwrap();
-        let actions;
-        (h, actions) = step(h, HandshakeEvent::Received(peer_hello));
-        assert!(matches!(h, Handshake::AwaitingProof { .. }));
-        for a in actions {
-            if let HandshakeAction::Send(b) = a {
-                sent.push(b);
-            }
-        }
-        assert_eq!(sent.len(), 2);
-        for msg in sent {
-            assert!(!msg.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()));
-        }
-        assert!(!format!("{s:?}").contains(SECRET));
-    }
-
-    #[test]
-    fn a_proof_replayed_in_the_other_direction_is_rejected() {
-        // The acceptor's own proof, reflected back to it as if the initiator had sent it.
-        let (b, actions) = step(
-            side(node(2, 2), secret(SECRET), Role::Acceptor, None, 2),
-            HandshakeEvent::Start,
-        );
-        drop(actions);
-        let initiator_hello = HandshakeMessage::Hello(Hello {
-            from: node(1, 1),
-            nonce: [1; NONCE_LEN],
-        })
-        .encode()
-        .unwrap();
-        let (b, actions) = step(b, HandshakeEvent::Received(initiator_hello));
-        let Some(HandshakeAction::Send(acceptor_proof)) = actions.into_iter().next() else {
-            panic!("acceptor sends its proof");
-        };
-        let (b, _) = step(b, HandshakeEvent::Received(acceptor_proof));
-        assert_eq!(rejection(&b), Some(&HandshakeRejection::BadProof));
-    }
-
-    #[test]
-    fn a_peer_of_another_protocol_version_is_rejected_naming_both_versions() {
-        let (b, _) = step(
-            side(node(2, 2), secret(SECRET), Role::Acceptor, None, 2),
-            HandshakeEvent::Start,
-        );
-        let mut hello = HandshakeMessage::Hello(Hello {
-            from: node(1, 1),
-            nonce: [1; NONCE_LEN],
-        })
-        .encode()
-        .unwrap()
-        .to_vec();
-        hello[5..7].copy_from_slice(&7u16.to_be_bytes());
-        hello.truncate(9); // a future layout need not parse as ours
-        let (b, _) = step(b, HandshakeEvent::Received(hello.into()));
-        let reason = rejection(&b).unwrap();
-        assert_eq!(
-            reason,
-            &HandshakeRejection::VersionMismatch { ours: 1, theirs: 7 }
-        );
-        assert!(reason.to_string().contains("speaks 1, the peer 7"));
-    }
-
-    #[test]
-    fn an_initiator_rejects_a_peer_that_is_not_the_address_it_dialled() {
-        let (a, _) = run(
-            side(
-                node(1, 1),
-                secret(SECRET),
-                Role::Initiator,
-                Some(node(3, 0).address),
-                1,
-            ),
-            side(node(2, 2), secret(SECRET), Role::Acceptor, None, 2),
-        );
-        assert!(matches!(
-            rejection(&a),
-            Some(HandshakeRejection::UnexpectedPeer { .. })
-        ));
-    }
-
-    #[test]
-    fn a_peer_of_another_actor_system_is_rejected() {
-        let other = UniqueAddress {
-            address: Address::new("other", "127.0.0.1", 2),
-            incarnation: 2,
-        };
-        let (_, b) = run(
-            side(node(1, 1), secret(SECRET), Role::Initiator, None, 1),
-            side(other, secret(SECRET), Role::Acceptor, None, 2),
-        );
-        assert!(matches!(
-            rejection(&b),
-            Some(HandshakeRejection::WrongSystem { .. })
-        ));
-    }
-
-    #[test]
-    fn a_proof_before_a_hello_is_an_unexpected_message() {
-        let (b, _) = step(
-            side(node(2, 2), secret(SECRET), Role::Acceptor, None, 2),
-            HandshakeEvent::Start,
-        );
-        let proof = HandshakeMessage::Proof([0; PROOF_LEN]).encode().unwrap();
-        let (b, _) = step(b, HandshakeEvent::Received(proof));
-        assert_eq!(
-            rejection(&b),
-            Some(&HandshakeRejection::UnexpectedMessage {
-                expected: "hello",
-                got: "proof"
-            })
-        );
-    }
-
-    #[test]
-    fn timeouts_and_closed_connections_reject_with_their_reason() {
-        let h = side(node(2, 2), secret(SECRET), Role::Acceptor, None, 2);
-        let (h, _) = step(h, HandshakeEvent::Start);
-        let (h2, actions) = step(h.clone(), HandshakeEvent::TimedOut);
-        assert_eq!(
-            actions,
-            vec![HandshakeAction::Reject(HandshakeRejection::TimedOut)]
-        );
-        assert!(h2.is_finished());
-        let (h3, _) = step(h, HandshakeEvent::ConnectionFailed(None));
-        assert_eq!(rejection(&h3), Some(&HandshakeRejection::Closed));
-    }
-
-    #[test]
-    fn short_secrets_are_refused() {
-        assert_eq!(
-            ClusterSecret::new("short").unwrap_err(),
-            SecretTooShort { len: 5 }
-        );
-        assert!(ClusterSecret::new("").is_err());
-    }
-
-    #[test]
-    fn messages_round_trip_through_their_encoding() {
-        let hello = HandshakeMessage::Hello(Hello {
-            from: node(2552, u64::MAX),
-            nonce: [0xAB; NONCE_LEN],
-        });
-        let bytes = hello.encode().unwrap();
-        assert!(bytes.len() <= MAX_HANDSHAKE_MESSAGE_LEN);
-        assert_eq!(HandshakeMessage::decode(&bytes).unwrap(), hello);
-        let proof = HandshakeMessage::Proof([7; PROOF_LEN]);
-        assert_eq!(
-            HandshakeMessage::decode(&proof.encode().unwrap()).unwrap(),
-            proof
-        );
-        let mut long = bytes.to_vec();
-        long.push(0);
-        assert_eq!(
-            HandshakeMessage::decode(&long).unwrap_err(),
-            HandshakeDecodeError::TrailingBytes(1)
-        );
-    }
-
-    proptest! {
-        #[test]
-        fn decoding_arbitrary_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
-            let _ = HandshakeMessage::decode(&bytes);
-        }
-
-        #[test]
-        fn mutated_valid_messages_never_panic(
-            pos in any::<prop::sample::Index>(),
-            value in any::<u8>(),
-            cut in any::<prop::sample::Index>(),
-        ) {
-            let mut bytes = HandshakeMessage::Hello(Hello { from: node(9, 9), nonce: [5; NONCE_LEN] })
-                .encode().unwrap().to_vec();
-            let i = pos.index(bytes.len());
-            bytes[i] = value;
-            bytes.truncate(cut.index(bytes.len() + 1));
-            let _ = HandshakeMessage::decode(&bytes);
-        }
-
-        #[test]
-        fn any_secret_pair_establishes_exactly_when_the_secrets_are_equal(
-            s1 in proptest::collection::vec(any::<u8>(), 16..40),
-            s2 in proptest::collection::vec(any::<u8>(), 16..40),
-            same in any::<bool>(),
-            n1 in any::<u8>(),
-            n2 in any::<u8>(),
-        ) {
-            let s2 = if same { s1.clone() } else { s2 };
-            let (a, b) = run(
-                side(node(1, 1), ClusterSecret::new(&s1).unwrap(), Role::Initiator, None, n1),
-                side(node(2, 2), ClusterSecret::new(&s2).unwrap(), Role::Acceptor, None, n2),
-            );
-            prop_assert_eq!(established(&a).is_some(), s1 == s2);
-            prop_assert_eq!(established(&b).is_some(), s1 == s2);
-        }
-    }
-}
+mod tests;

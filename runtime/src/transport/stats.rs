@@ -5,10 +5,18 @@
 //! Connection-level events (handshakes, closes, failed connects) also bump a watch channel,
 //! so a test or a health check can await "a handshake was rejected" instead of polling.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use parking_lot::Mutex;
 use tokio::sync::watch;
+
+use super::version::ProtocolVersions;
+
+/// Distinct peer version ranges counted separately when refused; more share one entry, so
+/// peers that announce made-up versions cannot grow the counters without bound.
+pub const MAX_REFUSED_VERSION_RANGES: usize = 16;
 
 /// Why a connection was closed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -17,8 +25,10 @@ pub enum CloseReason {
     HandshakeRejected,
     /// The TLS handshake failed: no or an untrusted certificate, a plain-TCP peer, timeout.
     TlsRejected,
-    /// Too many accepted connections were already in their handshake.
-    HandshakeBacklogFull,
+    /// Refused on arrival: its source already held its share of the handshake slots.
+    SourceLimit,
+    /// Its handshake slot went to a newer connection while the slots were full.
+    Evicted,
     /// A length prefix announced more than the maximum frame size.
     OversizedFrame,
     /// The peer closed the stream in the middle of a frame.
@@ -41,10 +51,11 @@ pub enum CloseReason {
 
 impl CloseReason {
     /// Every reason, in counter order.
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 13] = [
         Self::HandshakeRejected,
         Self::TlsRejected,
-        Self::HandshakeBacklogFull,
+        Self::SourceLimit,
+        Self::Evicted,
         Self::OversizedFrame,
         Self::TruncatedFrame,
         Self::UnexpectedBytes,
@@ -66,7 +77,8 @@ impl CloseReason {
         match self {
             Self::HandshakeRejected => "handshake_rejected",
             Self::TlsRejected => "tls_rejected",
-            Self::HandshakeBacklogFull => "handshake_backlog_full",
+            Self::SourceLimit => "source_limit",
+            Self::Evicted => "evicted",
             Self::OversizedFrame => "oversized_frame",
             Self::TruncatedFrame => "truncated_frame",
             Self::UnexpectedBytes => "unexpected_bytes",
@@ -96,8 +108,39 @@ pub struct TransportStats {
     handshakes_ok: AtomicU64,
     handshakes_rejected: AtomicU64,
     connect_failures: AtomicU64,
+    warnings_suppressed: AtomicU64,
     closed: [AtomicU64; CloseReason::ALL.len()],
+    /// Handshakes completed, by the protocol version they agreed on.
+    established_by_version: Mutex<BTreeMap<u16, u64>>,
+    /// Handshakes refused for want of a common version, by the peer's range.
+    refused_versions: Mutex<BTreeMap<RefusedVersions, u64>>,
     changed: watch::Sender<()>,
+}
+
+/// The version range of a peer refused for want of a common version, as counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RefusedVersions {
+    /// A peer that spoke exactly this range.
+    Range {
+        /// Its lowest version.
+        lowest: u16,
+        /// Its highest version.
+        highest: u16,
+    },
+    /// Any range beyond the first [`MAX_REFUSED_VERSION_RANGES`].
+    Other,
+}
+
+impl fmt::Display for RefusedVersions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Range { lowest, highest } => match ProtocolVersions::new(*lowest, *highest) {
+                Some(range) => range.fmt(f),
+                None => write!(f, "{lowest}-{highest}"),
+            },
+            Self::Other => f.write_str("other"),
+        }
+    }
 }
 
 impl Default for TransportStats {
@@ -110,7 +153,10 @@ impl Default for TransportStats {
             handshakes_ok: AtomicU64::new(0),
             handshakes_rejected: AtomicU64::new(0),
             connect_failures: AtomicU64::new(0),
+            warnings_suppressed: AtomicU64::new(0),
             closed: Default::default(),
+            established_by_version: Mutex::new(BTreeMap::new()),
+            refused_versions: Mutex::new(BTreeMap::new()),
             changed: watch::Sender::new(()),
         }
     }
@@ -127,9 +173,33 @@ impl TransportStats {
         self.bytes_out.fetch_add(bytes, Relaxed);
     }
 
-    pub(crate) fn handshake_ok(&self) {
+    pub(crate) fn handshake_ok(&self, version: u16) {
         self.handshakes_ok.fetch_add(1, Relaxed);
+        *self
+            .established_by_version
+            .lock()
+            .entry(version)
+            .or_default() += 1;
         self.notify();
+    }
+
+    /// A handshake refused because the peer speaks `theirs` and no version in common.
+    pub(crate) fn version_refused(&self, theirs: ProtocolVersions) {
+        let key = RefusedVersions::Range {
+            lowest: theirs.lowest(),
+            highest: theirs.highest(),
+        };
+        let mut refused = self.refused_versions.lock();
+        let key = if refused.contains_key(&key) || refused.len() < MAX_REFUSED_VERSION_RANGES {
+            key
+        } else {
+            RefusedVersions::Other
+        };
+        *refused.entry(key).or_default() += 1;
+    }
+
+    pub(crate) fn warning_suppressed(&self) {
+        self.warnings_suppressed.fetch_add(1, Relaxed);
     }
 
     pub(crate) fn handshake_rejected(&self) {
@@ -162,7 +232,10 @@ impl TransportStats {
             handshakes_ok: self.handshakes_ok.load(Relaxed),
             handshakes_rejected: self.handshakes_rejected.load(Relaxed),
             connect_failures: self.connect_failures.load(Relaxed),
+            warnings_suppressed: self.warnings_suppressed.load(Relaxed),
             closed: std::array::from_fn(|i| self.closed[i].load(Relaxed)),
+            established_by_version: self.established_by_version.lock().clone(),
+            refused_versions: self.refused_versions.lock().clone(),
         }
     }
 
@@ -201,7 +274,13 @@ pub struct TransportStatsSnapshot {
     pub handshakes_rejected: u64,
     /// Outbound connection attempts that failed before a handshake could start.
     pub connect_failures: u64,
+    /// Warning lines about closed connections left out by the global rate limit.
+    pub warnings_suppressed: u64,
     closed: [u64; CloseReason::ALL.len()],
+    /// Handshakes completed, by the protocol version they agreed on.
+    pub established_by_version: BTreeMap<u16, u64>,
+    /// Handshakes refused for want of a common protocol version, by the peer's range.
+    pub refused_versions: BTreeMap<RefusedVersions, u64>,
 }
 
 impl TransportStatsSnapshot {
@@ -248,5 +327,44 @@ mod tests {
         tokio::task::yield_now().await;
         stats.handshake_rejected();
         assert_eq!(waiter.await.unwrap().handshakes_rejected, 1);
+    }
+
+    #[test]
+    fn refused_version_ranges_are_counted_per_range_up_to_a_bound() {
+        let stats = TransportStats::default();
+        for i in 0..40u16 {
+            stats.version_refused(ProtocolVersions::only(100 + i % 20));
+        }
+        stats.version_refused(ProtocolVersions::new(3, 4).unwrap());
+        let s = stats.snapshot();
+        assert_eq!(s.refused_versions.len(), MAX_REFUSED_VERSION_RANGES + 1);
+        assert_eq!(
+            s.refused_versions[&RefusedVersions::Range {
+                lowest: 100,
+                highest: 100
+            }],
+            2
+        );
+        // Ranges 116..=119 and 3-4 came after the bound: counted together.
+        assert_eq!(s.refused_versions[&RefusedVersions::Other], 9);
+        assert_eq!(
+            RefusedVersions::Range {
+                lowest: 3,
+                highest: 4
+            }
+            .to_string(),
+            "3-4"
+        );
+    }
+
+    #[test]
+    fn established_handshakes_are_counted_by_version() {
+        let stats = TransportStats::default();
+        stats.handshake_ok(2);
+        stats.handshake_ok(3);
+        stats.handshake_ok(3);
+        let s = stats.snapshot();
+        assert_eq!(s.handshakes_ok, 3);
+        assert_eq!(s.established_by_version, BTreeMap::from([(2, 1), (3, 2)]));
     }
 }

@@ -4,9 +4,9 @@
 //! Each node dials **one outbound connection per peer** and only writes to it; it reads from
 //! the connections its peers dialled. A pair of nodes therefore uses two connections, and
 //! every sender→receiver stream is one TCP stream, which is what makes per-peer FIFO hold.
-//! Every connection starts with the [`handshake`](super::handshake); until it succeeds frames
-//! are limited to [`MAX_HANDSHAKE_MESSAGE_LEN`] bytes, so an unauthenticated peer can make us
-//! buffer at most that much.
+//! Every connection starts with the [`handshake`](super::handshake); until the peer has proven
+//! the secret its frames are limited to [`MAX_UNPROVEN_MESSAGE_LEN`] bytes, so an
+//! unauthenticated peer can make us buffer at most that much.
 //!
 //! # Sending
 //! [`Transport::send`] puts the payload in the peer's bounded queue and returns; a writer task
@@ -27,10 +27,18 @@
 //! # Bad peers
 //! A failed handshake, an oversized length prefix or a stream that ends inside a frame closes
 //! that connection only. Every close is counted by [`CloseReason`] in [`TransportStats`];
-//! abnormal ones are logged at `warn`, at most one line per peer IP per
-//! [`LOG_INTERVAL`] (the rest at `debug`), so a flood of bad connections cannot flood the log.
-//! At most `max_pending_handshakes` accepted connections may be in their handshake at once;
-//! more are closed on arrival, so silent connections cost bounded memory.
+//! abnormal ones are logged at `warn` within one budget for the whole transport:
+//! [`WARN_BURST`] lines, then one per [`LOG_INTERVAL`] (the rest at `debug`, counted as
+//! `warnings_suppressed`, and the next warning says how many it stands for), so a flood of
+//! bad connections from any number of addresses cannot flood the log.
+//!
+//! # Admission
+//! Before an accepted connection gets a task or a buffer, the
+//! [`admission`](super::admission) policy decides: a handshake slot (reserved for sources that
+//! proved the secret before, or shared), a refusal with a reset (its source holds its share),
+//! or a slot taken from the pending connection that made the least progress. So pending
+//! handshakes, their memory and their file descriptors are bounded, and a flood without the
+//! secret cannot keep members from reconnecting.
 //!
 //! # TLS
 //! With [`TcpTransportConfig::with_tls`] every connection is mutual TLS first (see
@@ -53,29 +61,37 @@ use std::collections::HashMap;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use rand::RngCore;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
 use tokio::task::{AbortHandle, JoinHandle};
 use tokio::time::{Instant, timeout_at};
 
+use super::admission::{
+    self, Admission, AdmissionAction, AdmissionEvent, AdmissionSettings, ConnectionId, Pool,
+};
 use super::frame::{Decoded, FrameDecoder, encode_frame};
 use super::handshake::{
     ClusterSecret, Handshake, HandshakeAction, HandshakeConfig, HandshakeEvent, HandshakeRejection,
-    MAX_HANDSHAKE_MESSAGE_LEN, NONCE_LEN, Role, step,
+    MAX_HANDSHAKE_MESSAGE_LEN, MAX_UNPROVEN_MESSAGE_LEN, NONCE_LEN, Role, step,
 };
 use super::stats::{CloseReason, TransportStats, TransportStatsSnapshot};
 use super::tls::TlsConfig;
+use super::version::ProtocolVersions;
 use super::{InboundFrame, Transport, TransportError};
 use crate::address::{Address, UniqueAddress};
 
-/// At most one `warn` line per peer IP in this interval.
+/// After a burst of [`WARN_BURST`], at most one `warn` line about a closed connection per
+/// this interval, for the whole transport.
 pub const LOG_INTERVAL: Duration = Duration::from_secs(10);
+/// `warn` lines about closed connections that may come at once.
+pub const WARN_BURST: u32 = 5;
 
 /// Bytes reserved for each socket read when no larger frame is pending.
 const READ_CHUNK: usize = 64 * 1024;
@@ -105,8 +121,19 @@ struct Shared {
     backoff_min: Duration,
     backoff_max: Duration,
     handshake_timeout: Duration,
-    /// One permit per accepted connection still in its handshake.
-    handshake_slots: Arc<Semaphore>,
+    versions: ProtocolVersions,
+    admission_settings: AdmissionSettings,
+    /// Which accepted connections may be in their handshake (lock after `admitted`).
+    admission: Mutex<Admission>,
+    /// The handshake task and source of every admitted connection, so one can be evicted.
+    admitted: Mutex<HashMap<ConnectionId, (AbortHandle, IpAddr)>>,
+    next_admission: AtomicU64,
+    /// Inbound handshake tasks alive, evicted ones included until they are dropped.
+    live_handshakes: AtomicUsize,
+    /// The accept loop stops accepting at this many live handshake tasks.
+    max_live_handshakes: usize,
+    /// Signalled when a handshake task ends.
+    handshake_ended: tokio::sync::Notify,
     tls: Option<TlsConfig>,
     inbound: mpsc::Sender<InboundFrame>,
     stats: Arc<TransportStats>,
@@ -118,13 +145,15 @@ struct Shared {
     shutdown: watch::Sender<bool>,
     /// The same flag as `shutdown`, readable on the send path without the watch's lock.
     shut_down: std::sync::atomic::AtomicBool,
-    log_limiter: Mutex<LogLimiter>,
-    next_connection: std::sync::atomic::AtomicU64,
+    warnings: Mutex<WarnBudget>,
+    next_connection: AtomicU64,
 }
 
 struct Writer {
     queue: mpsc::Sender<Bytes>,
     task: AbortHandle,
+    /// The protocol version of the writer's connection; 0 while it has none.
+    version: Arc<AtomicU16>,
 }
 
 struct Reader {
@@ -160,6 +189,7 @@ impl TcpTransport {
             ),
             incarnation: config.incarnation,
         };
+        let max_live_handshakes = max_live_handshakes(&config.admission);
         let shared = Arc::new(Shared {
             local,
             secret: config.secret,
@@ -168,7 +198,14 @@ impl TcpTransport {
             backoff_min: config.reconnect_backoff_min,
             backoff_max: config.reconnect_backoff_max,
             handshake_timeout: config.handshake_timeout,
-            handshake_slots: Arc::new(Semaphore::new(config.max_pending_handshakes)),
+            versions: config.protocol_versions,
+            admission: Mutex::new(Admission::new(config.admission.clone())),
+            admission_settings: config.admission,
+            admitted: Mutex::new(HashMap::new()),
+            next_admission: AtomicU64::new(0),
+            live_handshakes: AtomicUsize::new(0),
+            max_live_handshakes,
+            handshake_ended: tokio::sync::Notify::new(),
             tls: config.tls,
             inbound,
             stats: Arc::new(TransportStats::default()),
@@ -177,8 +214,8 @@ impl TcpTransport {
             readers: Mutex::new(HashMap::new()),
             shutdown: watch::Sender::new(false),
             shut_down: std::sync::atomic::AtomicBool::new(false),
-            log_limiter: Mutex::new(LogLimiter::default()),
-            next_connection: std::sync::atomic::AtomicU64::new(0),
+            warnings: Mutex::new(WarnBudget::new(Instant::now())),
+            next_connection: AtomicU64::new(0),
         });
         let accept_task = tokio::spawn(accept::accept_loop(shared.clone(), listener));
         tracing::debug!(local = %shared.local, socket = %local_socket, "TCP transport listening");
@@ -205,6 +242,18 @@ impl TcpTransport {
     #[must_use]
     pub fn stats_snapshot(&self) -> TransportStatsSnapshot {
         self.shared.stats.snapshot()
+    }
+
+    /// Accepted connections in their handshake now, in `pool`.
+    #[must_use]
+    pub fn pending_handshakes(&self, pool: Pool) -> usize {
+        self.shared.admission.lock().pending(pool)
+    }
+
+    /// Source addresses remembered as having proven the secret (they get reserved slots).
+    #[must_use]
+    pub fn known_sources(&self) -> usize {
+        self.shared.admission.lock().known_sources()
     }
 
     /// Stops accepting, closes every connection and drops queued frames. Later sends fail
@@ -268,12 +317,33 @@ impl Transport for TcpTransport {
         let (queue, rx) = mpsc::channel(shared.send_queue_capacity);
         // A fresh queue has room for its first frame.
         let _ = queue.try_send(payload);
+        let version = Arc::new(AtomicU16::new(0));
         let task = shared
             .runtime
-            .spawn(writer::run_writer(self.shared.clone(), to.clone(), rx))
+            .spawn(writer::run_writer(
+                self.shared.clone(),
+                to.clone(),
+                rx,
+                version.clone(),
+            ))
             .abort_handle();
-        writers.insert(to.clone(), Writer { queue, task });
+        writers.insert(
+            to.clone(),
+            Writer {
+                queue,
+                task,
+                version,
+            },
+        );
         Ok(())
+    }
+
+    fn peer_version(&self, peer: &Address) -> Option<u16> {
+        let writers = self.shared.writers.lock();
+        match writers.get(peer)?.version.load(Ordering::Relaxed) {
+            0 => None,
+            version => Some(version),
+        }
     }
 
     fn disconnect(&self, peer: &Address) {
@@ -306,7 +376,117 @@ impl Shared {
             secret: self.secret.clone(),
             role,
             expected_peer,
+            versions: self.versions,
         }
+    }
+
+    /// Advances the admission policy (callers that hold `admitted` lock it first).
+    fn admission_step(&self, event: AdmissionEvent) -> Vec<AdmissionAction> {
+        let mut state = self.admission.lock();
+        let current =
+            std::mem::replace(&mut *state, Admission::new(self.admission_settings.clone()));
+        let (next, actions) = admission::step(current, event, Instant::now());
+        *state = next;
+        actions
+    }
+
+    /// Decides what an accepted connection gets, and does it: a handshake task, a reset, or
+    /// an older pending connection's slot.
+    fn admit(self: &Arc<Self>, stream: TcpStream, remote: SocketAddr) {
+        let id = self.next_admission.fetch_add(1, Ordering::Relaxed);
+        let mut stream = Some(stream);
+        // Held while spawning, so that a task finishing at once finds its own entry to remove.
+        let mut admitted = self.admitted.lock();
+        for action in self.admission_step(AdmissionEvent::Arrived {
+            id,
+            source: remote.ip(),
+        }) {
+            match action {
+                AdmissionAction::Admit { .. } => {
+                    if let Some(stream) = stream.take() {
+                        self.live_handshakes.fetch_add(1, Ordering::AcqRel);
+                        let guard = AdmissionGuard {
+                            shared: self.clone(),
+                            id,
+                        };
+                        let task = tokio::spawn(accept::serve_inbound(
+                            self.clone(),
+                            stream,
+                            remote,
+                            guard,
+                        ));
+                        admitted.insert(id, (task.abort_handle(), remote.ip()));
+                    }
+                }
+                AdmissionAction::Refuse { .. } => {
+                    if let Some(stream) = stream.take() {
+                        // A reset: no lingering state for a connection we never served.
+                        let _ = stream.set_zero_linger();
+                        drop(stream);
+                    }
+                    self.record_close(
+                        CloseReason::SourceLimit,
+                        Some(remote.ip()),
+                        &"its source already holds its share of the handshake slots",
+                    );
+                }
+                AdmissionAction::Evict { id: victim, pool } => {
+                    if let Some((task, ip)) = admitted.remove(&victim) {
+                        task.abort();
+                        self.record_close(
+                            CloseReason::Evicted,
+                            Some(ip),
+                            &format_args!(
+                                "its slot in the {pool} handshake pool went to a newer connection"
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// An admitted connection's handshake is over (or its task was dropped).
+    fn finish_admission(&self, id: ConnectionId, authenticated: bool) {
+        // An evicted connection is no longer in either; stepping is then harmless.
+        let mut admitted = self.admitted.lock();
+        admitted.remove(&id);
+        let event = if authenticated {
+            AdmissionEvent::Authenticated { id }
+        } else {
+            AdmissionEvent::Ended { id }
+        };
+        let _ = self.admission_step(event);
+        drop(admitted);
+        self.live_handshakes.fetch_sub(1, Ordering::AcqRel);
+        self.handshake_ended.notify_one();
+    }
+
+    /// Waits while too many handshake tasks are alive: an evicted task closes its socket
+    /// only when the runtime drops it, and connections waiting in the kernel's accept queue
+    /// cost this process no file descriptor.
+    async fn accept_capacity(&self) {
+        while self.live_handshakes.load(Ordering::Acquire) >= self.max_live_handshakes {
+            let ended = self.handshake_ended.notified();
+            if self.live_handshakes.load(Ordering::Acquire) < self.max_live_handshakes {
+                return;
+            }
+            ended.await;
+        }
+    }
+
+    /// Counts a failed handshake (by version, when that was why) and closes for it.
+    fn handshake_rejected(
+        &self,
+        peer_ip: Option<IpAddr>,
+        reason: &HandshakeRejection,
+        detail: &dyn fmt::Display,
+    ) {
+        self.stats.handshake_rejected();
+        if let HandshakeRejection::VersionMismatch(mismatch) = reason {
+            self.stats.version_refused(mismatch.theirs);
+        }
+        self.record_close(CloseReason::HandshakeRejected, peer_ip, detail);
     }
 
     /// Counts a failed TLS handshake as a rejected handshake closed for `TlsRejected`.
@@ -327,63 +507,149 @@ impl Shared {
             reason,
             CloseReason::HandshakeRejected
                 | CloseReason::TlsRejected
-                | CloseReason::HandshakeBacklogFull
+                | CloseReason::SourceLimit
+                | CloseReason::Evicted
                 | CloseReason::OversizedFrame
                 | CloseReason::TruncatedFrame
                 | CloseReason::UnexpectedBytes
                 | CloseReason::IoError
         );
         let ip = peer_ip.map_or_else(|| "?".to_owned(), |ip| ip.to_string());
-        if abnormal && peer_ip.is_none_or(|ip| self.log_limiter.lock().allow(ip, Instant::now())) {
-            tracing::warn!(peer_ip = %ip, reason = %reason, "closing connection: {detail}");
-        } else {
+        if !abnormal {
             tracing::debug!(peer_ip = %ip, reason = %reason, "closing connection: {detail}");
+            return;
         }
-    }
-}
-
-/// Remembers when each peer IP was last logged at warn.
-#[derive(Default)]
-struct LogLimiter {
-    last: HashMap<IpAddr, Instant>,
-}
-
-impl LogLimiter {
-    /// Whether a warn line for `ip` may be written at `now`.
-    fn allow(&mut self, ip: IpAddr, now: Instant) -> bool {
-        if self.last.len() > 4096 {
-            self.last
-                .retain(|_, at| now.duration_since(*at) < LOG_INTERVAL);
-        }
-        match self.last.get(&ip) {
-            Some(at) if now.duration_since(*at) < LOG_INTERVAL => false,
-            _ => {
-                self.last.insert(ip, now);
-                true
+        let allowed = self.warnings.lock().take(Instant::now());
+        match allowed {
+            Some(0) => {
+                tracing::warn!(peer_ip = %ip, reason = %reason, "closing connection: {detail}")
+            }
+            Some(suppressed) => tracing::warn!(
+                peer_ip = %ip,
+                reason = %reason,
+                suppressed,
+                "closing connection: {detail} ({suppressed} more such warnings were suppressed since the last one)"
+            ),
+            None => {
+                self.stats.warning_suppressed();
+                tracing::debug!(peer_ip = %ip, reason = %reason, "closing connection: {detail}");
             }
         }
     }
 }
 
-/// Runs the handshake on a fresh connection; returns the verified peer and any bytes that
-/// followed the handshake in the same reads.
+/// Ends an admitted connection's claim on its handshake slot whichever way its task ends:
+/// done, failed, or dropped because it was evicted.
+pub(super) struct AdmissionGuard {
+    shared: Arc<Shared>,
+    id: ConnectionId,
+}
+
+impl AdmissionGuard {
+    /// The handshake is over: free the slot, and remember the source if it proved the secret.
+    pub(super) fn finish(self, authenticated: bool) {
+        self.shared.finish_admission(self.id, authenticated);
+        std::mem::forget(self);
+    }
+
+    /// The first handshake message was valid.
+    pub(super) fn progressed(&self) {
+        let _ = self
+            .shared
+            .admission_step(AdmissionEvent::Progressed { id: self.id });
+    }
+}
+
+impl Drop for AdmissionGuard {
+    fn drop(&mut self) {
+        self.shared.finish_admission(self.id, false);
+    }
+}
+
+/// One budget for every `warn` line about a closed connection: [`WARN_BURST`] at once, then
+/// one per [`LOG_INTERVAL`]; the lines left out are counted.
+#[derive(Debug)]
+struct WarnBudget {
+    tokens: u32,
+    refilled_at: Instant,
+    suppressed: u64,
+}
+
+impl WarnBudget {
+    fn new(now: Instant) -> Self {
+        Self {
+            tokens: WARN_BURST,
+            refilled_at: now,
+            suppressed: 0,
+        }
+    }
+
+    /// `Some(lines suppressed since the last one)` when a line may be written at `now`.
+    fn take(&mut self, now: Instant) -> Option<u64> {
+        if self.tokens == WARN_BURST {
+            self.refilled_at = now;
+        } else {
+            let intervals = now.saturating_duration_since(self.refilled_at).as_nanos()
+                / LOG_INTERVAL.as_nanos();
+            let intervals = u32::try_from(intervals).unwrap_or(u32::MAX);
+            if intervals > 0 {
+                self.tokens = self.tokens.saturating_add(intervals).min(WARN_BURST);
+                self.refilled_at = if self.tokens == WARN_BURST {
+                    now
+                } else {
+                    self.refilled_at + LOG_INTERVAL * intervals
+                };
+            }
+        }
+        if self.tokens == 0 {
+            self.suppressed += 1;
+            return None;
+        }
+        self.tokens -= 1;
+        Some(std::mem::take(&mut self.suppressed))
+    }
+}
+
+/// Live inbound handshake tasks allowed: every pending slot, and a quarter more for evicted
+/// tasks the runtime has not dropped yet.
+fn max_live_handshakes(admission: &AdmissionSettings) -> usize {
+    admission.max_pending() + admission.max_pending() / 4
+}
+
+/// A finished handshake.
+struct Established {
+    peer: UniqueAddress,
+    version: u16,
+    /// Bytes that followed the handshake in the same reads.
+    leftover: BytesMut,
+}
+
+/// Runs the handshake on a fresh connection. `admission` (accepted connections) hears when
+/// the peer's first message was valid.
 async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
     shared: &Shared,
     stream: &mut S,
     role: Role,
     expected_peer: Option<Address>,
     deadline: Instant,
-) -> Result<(UniqueAddress, BytesMut), HandshakeRejection> {
+    admission: Option<&AdmissionGuard>,
+) -> Result<Established, HandshakeRejection> {
     let mut nonce = [0; NONCE_LEN];
     rand::rng().fill_bytes(&mut nonce);
     let mut state = Handshake::new(shared.handshake_config(role, expected_peer), nonce);
-    let decoder = FrameDecoder::new(MAX_HANDSHAKE_MESSAGE_LEN);
-    let mut buf = BytesMut::with_capacity(2 * MAX_HANDSHAKE_MESSAGE_LEN);
+    let mut buf = BytesMut::with_capacity(4 * MAX_UNPROVEN_MESSAGE_LEN);
     let mut out = BytesMut::new();
     let mut event = HandshakeEvent::Start;
+    let mut progressed = false;
     loop {
         let actions;
         (state, actions) = step(state, event);
+        if !progressed && state.has_peer_hello() {
+            progressed = true;
+            if let Some(admission) = admission {
+                admission.progressed();
+            }
+        }
         for action in actions {
             match action {
                 HandshakeAction::Send(message) => {
@@ -400,10 +666,18 @@ async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
                         Err(_) => return Err(HandshakeRejection::TimedOut),
                     }
                 }
-                HandshakeAction::Established(peer) => return Ok((peer, buf)),
+                HandshakeAction::Established { peer, version } => {
+                    return Ok(Established {
+                        peer,
+                        version,
+                        leftover: buf,
+                    });
+                }
                 HandshakeAction::Reject(reason) => return Err(reason),
             }
         }
+        // Until the peer has proven the secret, only small frames.
+        let decoder = FrameDecoder::new(state.max_next_message_len());
         event = loop {
             match decoder.decode(&mut buf) {
                 Ok(Decoded::Frame(message)) => break HandshakeEvent::Received(message),
@@ -463,6 +737,16 @@ mod tests {
                 config().with_handshake_timeout(Duration::ZERO),
                 "handshake_timeout",
             ),
+            (
+                config().with_admission(AdmissionSettings::default().with_reserved_slots(0)),
+                "reserved_slots",
+            ),
+            (
+                config().with_protocol_versions(ProtocolVersions::only(
+                    ProtocolVersions::THIS_BUILD.highest() + 1,
+                )),
+                "protocol_versions",
+            ),
         ] {
             let (tx, _rx) = mpsc::channel(8);
             let err = TcpTransport::bind(config, tx).await.unwrap_err();
@@ -510,14 +794,38 @@ mod tests {
     }
 
     #[test]
-    fn the_log_limiter_allows_one_line_per_ip_per_interval() {
-        let mut limiter = LogLimiter::default();
+    fn warnings_share_one_budget_a_burst_then_one_per_interval() {
         let t0 = Instant::now();
-        let ip: IpAddr = "127.0.0.1".parse().unwrap();
-        let other: IpAddr = "127.0.0.2".parse().unwrap();
-        assert!(limiter.allow(ip, t0));
-        assert!(!limiter.allow(ip, t0 + Duration::from_secs(9)));
-        assert!(limiter.allow(other, t0 + Duration::from_secs(9)));
-        assert!(limiter.allow(ip, t0 + LOG_INTERVAL));
+        let mut budget = WarnBudget::new(t0);
+        for _ in 0..WARN_BURST {
+            assert_eq!(budget.take(t0), Some(0));
+        }
+        // Whatever the source, the budget is spent: lines are counted, not written.
+        assert_eq!(budget.take(t0 + Duration::from_secs(1)), None);
+        assert_eq!(budget.take(t0 + Duration::from_secs(9)), None);
+        // One interval later, one line, which says how many it stands for.
+        assert_eq!(budget.take(t0 + LOG_INTERVAL), Some(2));
+        assert_eq!(budget.take(t0 + LOG_INTERVAL), None);
+        // A long quiet spell refills at most a burst.
+        let later = t0 + LOG_INTERVAL * 100;
+        for _ in 0..WARN_BURST {
+            assert!(budget.take(later).is_some());
+        }
+        assert_eq!(budget.take(later), None);
+    }
+
+    #[test]
+    fn a_flood_of_ten_thousand_warnings_writes_a_handful_of_lines() {
+        let t0 = Instant::now();
+        let mut budget = WarnBudget::new(t0);
+        // 10,000 warnings over 35 s, as in issue 14.
+        let written = (0..10_000u64)
+            .filter(|i| {
+                budget
+                    .take(t0 + Duration::from_millis(i * 35_000 / 10_000))
+                    .is_some()
+            })
+            .count();
+        assert_eq!(written, WARN_BURST as usize + 3);
     }
 }

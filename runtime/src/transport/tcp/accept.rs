@@ -8,10 +8,10 @@ use std::time::Duration;
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
+use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, timeout_at};
 
-use super::{READ_CHUNK, Reader, Shared, handshake, until_true};
+use super::{AdmissionGuard, Established, READ_CHUNK, Reader, Shared, handshake, until_true};
 use crate::address::UniqueAddress;
 use crate::transport::InboundFrame;
 use crate::transport::frame::{Decoded, FrameDecoder, FrameError};
@@ -24,20 +24,13 @@ pub(super) async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
         tokio::select! {
             biased;
             _ = until_true(&mut shutdown) => return,
+            () = shared.accept_capacity() => {}
+        }
+        tokio::select! {
+            biased;
+            _ = until_true(&mut shutdown) => return,
             accepted = listener.accept() => match accepted {
-                Ok((stream, remote)) => match shared.handshake_slots.clone().try_acquire_owned() {
-                    Ok(slot) => {
-                        tokio::spawn(serve_inbound(shared.clone(), stream, remote, slot));
-                    }
-                    Err(_) => {
-                        drop(stream);
-                        shared.record_close(
-                            CloseReason::HandshakeBacklogFull,
-                            Some(remote.ip()),
-                            &"too many connections are in their handshake",
-                        );
-                    }
-                },
+                Ok((stream, remote)) => shared.admit(stream, remote),
                 Err(e) => {
                     // Out of file descriptors and the like: back off instead of spinning.
                     tracing::warn!(error = %e, "accepting a connection failed");
@@ -48,16 +41,17 @@ pub(super) async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
     }
 }
 
-async fn serve_inbound(
+/// Runs an admitted connection: TLS when configured, the handshake, then its frames.
+pub(super) async fn serve_inbound(
     shared: Arc<Shared>,
     stream: TcpStream,
     remote: SocketAddr,
-    slot: OwnedSemaphorePermit,
+    admission: AdmissionGuard,
 ) {
     let _ = stream.set_nodelay(true);
     let deadline = Instant::now() + shared.handshake_timeout;
     let Some(tls) = &shared.tls else {
-        return serve_connection(&shared, stream, remote, deadline, slot).await;
+        return serve_connection(&shared, stream, remote, deadline, admission).await;
     };
     let mut shutdown = shared.shutdown.subscribe();
     let accepted = tokio::select! {
@@ -66,7 +60,11 @@ async fn serve_inbound(
         accepted = timeout_at(deadline, tls.acceptor().accept(stream)) => accepted,
     };
     match accepted {
-        Ok(Ok(stream)) => serve_connection(&shared, stream, remote, deadline, slot).await,
+        Ok(Ok(stream)) => {
+            // Its certificate is one of the cluster's: worth more than a silent socket.
+            admission.progressed();
+            serve_connection(&shared, stream, remote, deadline, admission).await;
+        }
         Ok(Err(e)) => shared.tls_rejected(Some(remote.ip()), &e),
         Err(_) => shared.tls_rejected(Some(remote.ip()), &"TLS handshake timed out"),
     }
@@ -78,25 +76,28 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
     mut stream: S,
     remote: SocketAddr,
     deadline: Instant,
-    slot: OwnedSemaphorePermit,
+    admission: AdmissionGuard,
 ) {
     let mut shutdown = shared.shutdown.subscribe();
     let outcome = tokio::select! {
         biased;
         _ = until_true(&mut shutdown) => return,
-        outcome = handshake(shared, &mut stream, Role::Acceptor, None, deadline) => outcome,
+        outcome = handshake(shared, &mut stream, Role::Acceptor, None, deadline, Some(&admission)) => outcome,
     };
-    drop(slot);
-    let (peer, buf) = match outcome {
+    admission.finish(outcome.is_ok());
+    let Established {
+        peer,
+        version,
+        leftover: buf,
+    } = match outcome {
         Ok(established) => established,
         Err(reason) => {
-            shared.stats.handshake_rejected();
-            shared.record_close(CloseReason::HandshakeRejected, Some(remote.ip()), &reason);
+            shared.handshake_rejected(Some(remote.ip()), &reason, &reason);
             return;
         }
     };
-    shared.stats.handshake_ok();
-    tracing::debug!(%peer, %remote, "inbound connection established");
+    shared.stats.handshake_ok(version);
+    tracing::debug!(%peer, %remote, version, "inbound connection established");
 
     // Take over from an older connection of the same peer address, and wait for its reader
     // to finish so frames from the two are never interleaved.

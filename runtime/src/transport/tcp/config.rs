@@ -3,9 +3,11 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::transport::admission::AdmissionSettings;
 use crate::transport::frame::DEFAULT_MAX_FRAME_SIZE;
 use crate::transport::handshake::ClusterSecret;
 use crate::transport::tls::TlsConfig;
+use crate::transport::version::ProtocolVersions;
 
 #[derive(Debug, Clone)]
 pub struct TcpTransportConfig {
@@ -20,7 +22,8 @@ pub struct TcpTransportConfig {
     pub(super) reconnect_backoff_min: Duration,
     pub(super) reconnect_backoff_max: Duration,
     pub(super) handshake_timeout: Duration,
-    pub(super) max_pending_handshakes: usize,
+    pub(super) admission: AdmissionSettings,
+    pub(super) protocol_versions: ProtocolVersions,
     pub(super) tls: Option<TlsConfig>,
 }
 
@@ -42,17 +45,27 @@ impl TcpTransportConfig {
             reconnect_backoff_min: Duration::from_millis(100),
             reconnect_backoff_max: Duration::from_secs(5),
             handshake_timeout: Duration::from_secs(5),
-            max_pending_handshakes: 256,
+            admission: AdmissionSettings::default(),
+            protocol_versions: ProtocolVersions::THIS_BUILD,
             tls: None,
         }
     }
 
-    /// Accepted connections that may be in their handshake at once (default 256); more are
-    /// closed at once (`CloseReason::HandshakeBacklogFull`), so a flood of silent connections
-    /// costs bounded memory and cannot starve the accept loop.
+    /// Which accepted connections may run a handshake (default [`AdmissionSettings::default`]:
+    /// 256 general slots, 64 reserved for sources that proved the secret before, 8 per
+    /// source); see [`admission`](crate::transport::admission).
     #[must_use]
-    pub fn with_max_pending_handshakes(mut self, connections: usize) -> Self {
-        self.max_pending_handshakes = connections;
+    pub fn with_admission(mut self, admission: AdmissionSettings) -> Self {
+        self.admission = admission;
+        self
+    }
+
+    /// The protocol versions this node offers (default: all this build speaks,
+    /// [`ProtocolVersions::THIS_BUILD`]). Must lie within what the build speaks; offering
+    /// less keeps a node on an older version, as a test of a mixed cluster does.
+    #[must_use]
+    pub fn with_protocol_versions(mut self, versions: ProtocolVersions) -> Self {
+        self.protocol_versions = versions;
         self
     }
 
@@ -150,8 +163,17 @@ impl TcpTransportConfig {
         if self.handshake_timeout.is_zero() {
             return invalid("handshake_timeout must be > 0, got 0ms".to_owned());
         }
-        if self.max_pending_handshakes == 0 {
-            return invalid("max_pending_handshakes must be > 0, got 0".to_owned());
+        if let Err(e) = self.admission.validate() {
+            return invalid(e.to_string());
+        }
+        let build = ProtocolVersions::THIS_BUILD;
+        if !build.contains(self.protocol_versions.lowest())
+            || !build.contains(self.protocol_versions.highest())
+        {
+            return invalid(format!(
+                "protocol_versions must lie within {build} (what this build speaks), got {}",
+                self.protocol_versions
+            ));
         }
         Ok(())
     }

@@ -3,6 +3,7 @@
 
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU16, Ordering};
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -10,8 +11,9 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, timeout_at};
 
-use super::{READ_CHUNK, Shared, handshake, until_true};
+use super::{Established, READ_CHUNK, Shared, handshake, until_true};
 use crate::address::{Address, UniqueAddress};
+use crate::transport::admission::AdmissionEvent;
 use crate::transport::frame::{LENGTH_PREFIX_LEN, encode_frame};
 use crate::transport::handshake::Role;
 use crate::transport::stats::CloseReason;
@@ -41,6 +43,7 @@ pub(super) async fn run_writer(
     shared: Arc<Shared>,
     peer: Address,
     mut queue: mpsc::Receiver<Bytes>,
+    version: Arc<AtomicU16>,
 ) {
     let mut shutdown = shared.shutdown.subscribe();
     let mut backoff = shared.backoff_min;
@@ -68,9 +71,10 @@ pub(super) async fn run_writer(
             attempt = connect(&shared, &peer, deadline) => attempt,
         };
         match attempt {
-            Ok((connection, remote_peer, ip)) => {
+            Ok((connection, remote_peer, negotiated, ip)) => {
                 backoff = shared.backoff_min;
-                tracing::debug!(peer = %remote_peer, "outbound connection established");
+                version.store(negotiated, Ordering::Relaxed);
+                tracing::debug!(peer = %remote_peer, version = negotiated, "outbound connection established");
                 let end = match connection {
                     Connection::Plain(stream) => {
                         let (read_half, write_half) = stream.into_split();
@@ -97,6 +101,7 @@ pub(super) async fn run_writer(
                         .await
                     }
                 };
+                version.store(0, Ordering::Relaxed);
                 match end {
                     WriterEnd::Stop => return,
                     WriterEnd::Lost(reason, detail) => {
@@ -132,7 +137,7 @@ async fn connect(
     shared: &Shared,
     peer: &Address,
     deadline: Instant,
-) -> Result<(Connection, UniqueAddress, Option<IpAddr>), ()> {
+) -> Result<(Connection, UniqueAddress, u16, Option<IpAddr>), ()> {
     let stream = match timeout_at(deadline, TcpStream::connect(dial_target(peer))).await {
         Ok(Ok(stream)) => stream,
         Ok(Err(e)) => {
@@ -150,8 +155,8 @@ async fn connect(
     let ip = stream.peer_addr().ok().map(|a| a.ip());
     let Some(tls_config) = &shared.tls else {
         let mut stream = stream;
-        let verified = authenticate(shared, &mut stream, peer, deadline, ip).await?;
-        return Ok((Connection::Plain(stream), verified, ip));
+        let (verified, version) = authenticate(shared, &mut stream, peer, deadline, ip).await?;
+        return Ok((Connection::Plain(stream), verified, version, ip));
     };
     let Some(name) = tls::server_name(peer) else {
         shared.stats.connect_failed();
@@ -173,8 +178,8 @@ async fn connect(
             return Err(());
         }
     };
-    let verified = authenticate(shared, &mut stream, peer, deadline, ip).await?;
-    Ok((Connection::Tls(Box::new(stream)), verified, ip))
+    let (verified, version) = authenticate(shared, &mut stream, peer, deadline, ip).await?;
+    Ok((Connection::Tls(Box::new(stream)), verified, version, ip))
 }
 
 /// Runs the handshake as the dialling side.
@@ -184,20 +189,29 @@ async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
     peer: &Address,
     deadline: Instant,
     ip: Option<IpAddr>,
-) -> Result<UniqueAddress, ()> {
+) -> Result<(UniqueAddress, u16), ()> {
     match handshake(
         shared,
         stream,
         Role::Initiator,
         Some(peer.clone()),
         deadline,
+        None,
     )
     .await
     {
-        Ok((verified, leftover)) => {
-            shared.stats.handshake_ok();
+        Ok(Established {
+            peer: verified,
+            version,
+            leftover,
+        }) => {
+            shared.stats.handshake_ok(version);
+            if let Some(source) = ip {
+                // It proved the secret: its own connections to us get reserved slots.
+                let _ = shared.admission_step(AdmissionEvent::DialledPeerProved { source });
+            }
             if leftover.is_empty() {
-                Ok(verified)
+                Ok((verified, version))
             } else {
                 shared.record_close(
                     CloseReason::UnexpectedBytes,
@@ -208,12 +222,7 @@ async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
             }
         }
         Err(reason) => {
-            shared.stats.handshake_rejected();
-            shared.record_close(
-                CloseReason::HandshakeRejected,
-                ip,
-                &format_args!("dialling {peer}: {reason}"),
-            );
+            shared.handshake_rejected(ip, &reason, &format_args!("dialling {peer}: {reason}"));
             Err(())
         }
     }
