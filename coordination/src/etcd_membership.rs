@@ -28,8 +28,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use troupe::ActorSystem;
 use troupe::cluster::{
-    ClusterError, ClusterView, Member, MemberStatus, MembershipControl, MembershipProvider,
-    ViewSink,
+    ClusterError, ClusterView, Departure, Member, MemberStatus, MembershipControl,
+    MembershipProvider, ViewSink,
 };
 use troupe::lease::{Lease, LeaseProvider, LeaseSettings};
 use troupe::{Address, UniqueAddress};
@@ -203,9 +203,12 @@ impl Control {
             return; // our own leave raced the renewal: a graceful exit
         }
         tracing::error!(node = %self.me, %reason, "fenced: this node's membership key is gone; it stops taking part and will not re-register");
-        self.health.send_replace(MembershipHealth::Fenced(reason));
+        self.health
+            .send_replace(MembershipHealth::Fenced(reason.clone()));
         self.publish();
-        self.sink.mark_terminated();
+        self.sink.depart(Departure::Fenced {
+            reason: format!("etcd membership: {reason}"),
+        });
         self.stop_tasks();
     }
 
@@ -337,7 +340,7 @@ impl MembershipControl for Control {
             .store(true, std::sync::atomic::Ordering::SeqCst);
         self.health.send_replace(MembershipHealth::Left);
         self.publish();
-        self.sink.mark_terminated();
+        self.sink.depart(Departure::Left);
         let lease = self.lease.lock().take();
         for task in self.tasks.lock().drain(..) {
             task.abort();
@@ -380,7 +383,7 @@ impl MembershipControl for Control {
         self.leaving
             .store(true, std::sync::atomic::Ordering::SeqCst);
         self.health.send_replace(MembershipHealth::Left);
-        self.sink.mark_terminated();
+        self.sink.depart(Departure::Stopped);
         // Dropping the handle stops its renewal without revoking: the key expires after the
         // TTL, as after a crash.
         drop(self.lease.lock().take());

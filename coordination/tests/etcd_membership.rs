@@ -118,6 +118,10 @@ async fn members_join_age_out_leave_and_a_deleted_key_fences_its_node() {
         "a leave revokes at once ({took:?})"
     );
     assert_eq!(*nodes[2].health.borrow(), MembershipHealth::Left);
+    assert_eq!(
+        nodes[2].cluster.departure(),
+        Some(troupe::cluster::Departure::Left)
+    );
 
     // Node 2's key is deleted (as `down` from a peer does): it is fenced, leaves its own view,
     // and never re-registers.
@@ -130,6 +134,11 @@ async fn members_join_age_out_leave_and_a_deleted_key_fences_its_node() {
     .await
     .expect("fenced in time")
     .unwrap();
+    assert!(
+        nodes[1].cluster.departure().is_some_and(|d| d.is_fenced()),
+        "{:?}",
+        nodes[1].cluster.departure()
+    );
     wait_for("node 2 out of its own view", Duration::from_secs(5), || {
         !up(&nodes[1]).contains(&2)
     })

@@ -11,6 +11,9 @@
 //!
 //! The RBAC the service account needs is in `docs/operations.md`.
 
+/// The kube client crate this one is built on (for the types in its API).
+pub use kube;
+
 mod error;
 pub mod lease;
 pub mod membership;
@@ -47,6 +50,22 @@ pub async fn client(url: Option<&str>) -> Result<kube::Client, ClientError> {
     };
     kube::Client::try_from(config)
         .map_err(|e| ClientError(format!("cannot build the Kubernetes client: {e}")))
+}
+
+/// A client with the pod's own service-account credentials and nothing else (no kubeconfig is
+/// read, whatever `$KUBECONFIG` says): `KUBERNETES_SERVICE_HOST`/`_PORT` and the token, CA and
+/// namespace mounted under `/var/run/secrets/kubernetes.io/serviceaccount/`. Also answers the
+/// service account's namespace.
+pub fn in_cluster_client() -> Result<(kube::Client, String), ClientError> {
+    let config = kube::Config::incluster().map_err(|e| {
+        ClientError(format!(
+            "no in-cluster Kubernetes credentials: {e} (run in a pod with a service account, or pass the API server's URL, e.g. that of `kubectl proxy`)"
+        ))
+    })?;
+    let namespace = config.default_namespace.clone();
+    let client = kube::Client::try_from(config)
+        .map_err(|e| ClientError(format!("cannot build the Kubernetes client: {e}")))?;
+    Ok((client, namespace))
 }
 
 /// Why no client could be built.

@@ -43,7 +43,7 @@ use kube::api::{
 };
 use tokio::sync::{mpsc, watch};
 use troupe::ActorSystem;
-use troupe::cluster::{ClusterError, MembershipControl, MembershipProvider, ViewSink};
+use troupe::cluster::{ClusterError, Departure, MembershipControl, MembershipProvider, ViewSink};
 use troupe::{Address, UniqueAddress};
 
 pub use machine::{
@@ -69,8 +69,14 @@ pub const STATUS_ANNOTATION: &str = "troupe.dev/status";
 pub struct KubeMembershipSettings {
     /// The namespace of the Leases (default `default`).
     pub namespace: String,
-    /// The cluster's name: the value of the `troupe.dev/cluster` label (default `troupe`).
+    /// The cluster's name: the value of the label every member Lease carries (default
+    /// `troupe`), and the Lease names' prefix unless `lease_prefix` says otherwise.
     pub cluster: String,
+    /// Member Leases are named `<lease_prefix>-<incarnation>`; `None`: the cluster's name.
+    pub lease_prefix: Option<String>,
+    /// The key of the label that carries `cluster` and that discovery selects on; `None`:
+    /// [`CLUSTER_LABEL`] (`troupe.dev/cluster`).
+    pub label_key: Option<String>,
     /// TTL, renew interval, clock skew.
     pub timing: KubeTiming,
     /// This host's roles.
@@ -82,6 +88,8 @@ impl Default for KubeMembershipSettings {
         Self {
             namespace: "default".to_owned(),
             cluster: "troupe".to_owned(),
+            lease_prefix: None,
+            label_key: None,
             timing: KubeTiming::default(),
             roles: BTreeSet::new(),
         }
@@ -106,10 +114,30 @@ impl KubeMembershipSettings {
                 self.namespace
             )));
         }
-        if !label(&self.cluster, 46) {
+        if !label(self.lease_prefix(), 46) {
             return Err(TimingError(format!(
-                "cluster name {:?} is not allowed: 1–46 lower-case letters, digits and '-', starting and ending alphanumeric (it is a label value and the prefix of Lease names)",
+                "Lease name prefix {:?} is not allowed: 1–46 lower-case letters, digits and '-', starting and ending alphanumeric (it begins every member Lease's name)",
+                self.lease_prefix()
+            )));
+        }
+        let value_ok = !self.cluster.is_empty()
+            && self.cluster.len() <= 63
+            && self
+                .cluster
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+            && self.cluster.as_bytes()[0].is_ascii_alphanumeric()
+            && self.cluster.as_bytes()[self.cluster.len() - 1].is_ascii_alphanumeric();
+        if !value_ok {
+            return Err(TimingError(format!(
+                "cluster name {:?} is not allowed as a label value: 1–63 letters, digits, '-', '_' and '.', starting and ending alphanumeric",
                 self.cluster
+            )));
+        }
+        if self.label_key().is_empty() || self.label_key().contains(['=', ',', ' ']) {
+            return Err(TimingError(format!(
+                "label key {:?} is not a label key",
+                self.label_key()
             )));
         }
         for role in &self.roles {
@@ -125,14 +153,27 @@ impl KubeMembershipSettings {
     /// The label selector of this cluster's Leases.
     #[must_use]
     pub fn selector(&self) -> String {
-        format!("{CLUSTER_LABEL}={}", self.cluster)
+        format!("{}={}", self.label_key(), self.cluster)
+    }
+
+    /// The prefix of member Lease names.
+    #[must_use]
+    pub fn lease_prefix(&self) -> &str {
+        self.lease_prefix.as_deref().unwrap_or(&self.cluster)
+    }
+
+    /// The key of the cluster label.
+    #[must_use]
+    pub fn label_key(&self) -> &str {
+        self.label_key.as_deref().unwrap_or(CLUSTER_LABEL)
     }
 }
 
-/// The name of the Lease of host `node` in `cluster`.
+/// The name of the Lease of host `node`, whose Lease names begin with `prefix` (the
+/// cluster's name by default).
 #[must_use]
-pub fn lease_name(cluster: &str, node: &UniqueAddress) -> String {
-    format!("{cluster}-{:016x}", node.incarnation)
+pub fn lease_name(prefix: &str, node: &UniqueAddress) -> String {
+    format!("{prefix}-{:016x}", node.incarnation)
 }
 
 /// A member Lease that cannot be read: which Lease and what is wrong.
@@ -346,7 +387,7 @@ impl Shell {
             settings,
             health,
         } = provider;
-        let lease = lease_name(&settings.cluster, &me);
+        let lease = lease_name(settings.lease_prefix(), &me);
         let resource = ApiResource::erase::<LeaseObject>(&());
         Self {
             leases: Api::namespaced(client.clone(), &settings.namespace),
@@ -399,7 +440,14 @@ impl Shell {
             }
         }
         watcher.abort();
-        self.sink.mark_terminated();
+        let departure = match &*self.health.borrow() {
+            HostHealth::Fenced { reason } => Departure::Fenced {
+                reason: format!("Kubernetes Lease membership: {reason}"),
+            },
+            HostHealth::Leaving | HostHealth::Left => Departure::Left,
+            HostHealth::Starting | HostHealth::Up | HostHealth::Stopped => Departure::Stopped,
+        };
+        self.sink.depart(departure);
     }
 
     /// Do one action; true when the shell should stop.
@@ -528,7 +576,13 @@ impl Shell {
             metadata: ObjectMeta {
                 name: Some(self.lease.clone()),
                 resource_version,
-                labels: Some([(CLUSTER_LABEL.to_owned(), self.settings.cluster.clone())].into()),
+                labels: Some(
+                    [(
+                        self.settings.label_key().to_owned(),
+                        self.settings.cluster.clone(),
+                    )]
+                    .into(),
+                ),
                 annotations: Some(
                     [
                         (ADDRESS_ANNOTATION.to_owned(), self.me.address.to_string()),

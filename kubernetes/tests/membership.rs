@@ -28,6 +28,7 @@ fn settings() -> KubeMembershipSettings {
             max_clock_skew: Duration::from_millis(200),
         },
         roles: ["worker".to_owned()].into(),
+        ..KubeMembershipSettings::default()
     }
 }
 
@@ -49,10 +50,20 @@ fn start(server: &StandIn, network: &SimNetwork, port: u16) -> Host {
 }
 
 fn start_on(system: ActorSystem, server: &StandIn, network: &SimNetwork, port: u16) -> Host {
+    start_with(system, server, network, port, settings())
+}
+
+fn start_with(
+    system: ActorSystem,
+    server: &StandIn,
+    network: &SimNetwork,
+    port: u16,
+    settings: KubeMembershipSettings,
+) -> Host {
     let (tx, rx) = mpsc::channel(64);
     let transport = Arc::new(network.join(node(port), tx));
     let remoting = Remoting::start(&system, transport, rx);
-    let provider = KubeMembership::new(server.client(), settings()).unwrap();
+    let provider = KubeMembership::new(server.client(), settings).unwrap();
     let health = provider.health();
     let cluster = Cluster::start_with_provider(&system, remoting, Box::new(provider)).unwrap();
     Host {
@@ -242,6 +253,11 @@ async fn a_deleted_lease_fences_the_host_which_never_recreates_it() {
         .await
         .expect("b's membership stops");
     assert!(b.cluster.members().is_empty());
+    let departure = b.cluster.departure().expect("b departed");
+    assert!(
+        departure.is_fenced() && format!("{departure:?}").contains("404"),
+        "{departure:?}"
+    );
     // Really delete it: nobody recreates it, and a ages b out.
     server.clear_faults();
     server.delete("default", &b_lease);
@@ -450,4 +466,62 @@ async fn watches_resume_after_a_broken_stream_and_relist_after_410() {
         watches >= 5,
         "list + watch, resume, relist: {watches} collection reads"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_custom_lease_prefix_and_label_name_the_leases_and_select_the_members() {
+    let server = StandIn::start().await.unwrap();
+    let network = SimNetwork::new(9);
+    let custom = KubeMembershipSettings {
+        lease_prefix: Some("shop-members".into()),
+        label_key: Some("app.kubernetes.io/instance".into()),
+        cluster: "shop-prod".into(),
+        ..settings()
+    };
+    let a = start_with(
+        ActorSystem::new("demo").unwrap(),
+        &server,
+        &network,
+        1,
+        custom.clone(),
+    );
+    let b = start_with(
+        ActorSystem::new("demo").unwrap(),
+        &server,
+        &network,
+        2,
+        custom,
+    );
+    // A host of another cluster label in the same namespace is not a member.
+    let other = start(&server, &network, 3);
+    for host in [&a, &b] {
+        eventually("both custom hosts up", Duration::from_secs(5), || {
+            up_ports(host) == [1, 2]
+        })
+        .await;
+    }
+    eventually("the other cluster up alone", Duration::from_secs(5), || {
+        up_ports(&other) == [3]
+    })
+    .await;
+    let lease = server
+        .get("default", &lease_name("shop-members", &node(2)))
+        .expect("the Lease is named after the prefix");
+    assert_eq!(
+        lease["metadata"]["labels"]["app.kubernetes.io/instance"],
+        "shop-prod"
+    );
+    assert!(
+        lease["metadata"]["labels"]
+            .get("troupe.dev/cluster")
+            .is_none()
+    );
+    let bad = KubeMembershipSettings {
+        lease_prefix: Some("Shop_Members".into()),
+        ..settings()
+    };
+    let message = KubeMembership::new(server.client(), bad)
+        .unwrap_err()
+        .to_string();
+    assert!(message.contains("prefix"), "{message}");
 }

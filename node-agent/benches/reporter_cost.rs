@@ -181,26 +181,16 @@ fn free_port() -> u16 {
 
 async fn run(options: &Options, control_plane: Option<&String>) -> Row {
     let port = free_port();
-    let agent = Agent::start(AgentConfig {
-        system: "bench".into(),
-        bind: format!("127.0.0.1:{port}").parse().unwrap(),
-        advertised_host: None,
-        management_bind: "127.0.0.1:0".parse().unwrap(),
-        drain_delay_ms: 0,
-        seeds: vec![format!("troupe://bench@127.0.0.1:{port}").parse().unwrap()],
-        roles: vec![],
-        secret: "reporter bench secret, long enough".into(),
-        down_after_ms: 5_000,
-        events_json: false,
-        control_plane: control_plane.cloned(),
-        ingest_token: "bench".into(),
-        node_name: None,
-        // The agent's default.
-        report_interval_ms: 500,
-        demo: false,
-    })
-    .await
-    .expect("agent starts");
+    let mut config = AgentConfig::new(
+        "bench",
+        format!("127.0.0.1:{port}").parse().unwrap(),
+        "reporter bench secret, long enough",
+    );
+    config.control_plane = control_plane.cloned();
+    config.ingest_token = "bench".into();
+    // The agent's default.
+    config.report_interval_ms = 500;
+    let agent = Agent::start(config).await.expect("agent starts");
     while agent.health().state() != troupe_agent::health::HealthState::Ready {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -245,7 +235,7 @@ async fn run(options: &Options, control_plane: Option<&String>) -> Row {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-    agent.shutdown(Duration::from_secs(5)).await;
+    agent.shutdown().await;
     Row {
         sent: sent_during,
         sent_total: sent.load(Ordering::Relaxed),

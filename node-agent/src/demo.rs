@@ -26,17 +26,17 @@ pub mod worker;
 
 use std::time::Duration;
 
-use troupe::cluster::Cluster;
 use troupe::cluster_router::{
     ClusterMailboxDepthAgent, ClusterRouter, ClusterRouterError, ClusterRouterOptions,
     ServingDepths,
 };
 use troupe::routing::RoutingStrategy;
-use troupe::singleton::ClusterSingleton;
-use troupe::singleton::{SingletonKey, SingletonProxy, StartError, StartSingletonOptions};
+use troupe::singleton::{SingletonKey, SingletonProxy, StartSingletonOptions};
 use troupe::{ActorRef, Props, SpawnError};
 
 pub use scheduler::{JobScheduler, SchedulerMsg, SchedulerSettings};
+
+use crate::agent::AgentContext;
 pub use worker::{ComputeWorker, Job};
 
 /// The singleton's name.
@@ -57,9 +57,9 @@ pub enum DemoError {
     /// The router's options were rejected.
     #[error("demo router: {0}")]
     Router(#[from] ClusterRouterError),
-    /// The singleton could not be started.
+    /// The singleton could not be started (or its lease not made).
     #[error("demo singleton: {0}")]
-    Singleton(#[from] StartError),
+    Singleton(crate::agent::AppError),
 }
 
 /// The demo running on one node.
@@ -84,19 +84,21 @@ impl Demo {
     }
 }
 
-/// Start the demo's actors on this node with the default pace.
+/// Start the demo's actors on this node with the default pace; the singleton takes the
+/// agent's singleton lease (`--singleton-lease`) when it has one.
 ///
 /// # Errors
 /// When an actor cannot be spawned or the singleton cannot be started.
-pub fn start(cluster: &Cluster) -> Result<Demo, DemoError> {
-    start_with(cluster, SchedulerSettings::default())
+pub fn start_in(context: &AgentContext) -> Result<Demo, DemoError> {
+    start_with(context, SchedulerSettings::default())
 }
 
 /// Start the demo's actors on this node, scheduling at `settings`' pace.
 ///
 /// # Errors
 /// When an actor cannot be spawned or the singleton cannot be started.
-pub fn start_with(cluster: &Cluster, settings: SchedulerSettings) -> Result<Demo, DemoError> {
+pub fn start_with(context: &AgentContext, settings: SchedulerSettings) -> Result<Demo, DemoError> {
+    let cluster = context.cluster();
     let system = cluster.system();
     cluster.remoting().register::<Job>();
     system.spawn(
@@ -118,8 +120,9 @@ pub fn start_with(cluster: &Cluster, settings: SchedulerSettings) -> Result<Demo
     let props = Props::new(move || {
         JobScheduler::new(for_scheduler.clone(), for_cluster.clone(), settings.clone())
     });
-    let scheduler =
-        ClusterSingleton::get(cluster).start(&key, StartSingletonOptions::new(props))?;
+    let scheduler = context
+        .start_singleton(&key, StartSingletonOptions::new(props))
+        .map_err(DemoError::Singleton)?;
     tracing::info!(
         node = %cluster.self_address(),
         "demo workload started: worker at {WORKER_PATH}, router at {ROUTER_PATH}, singleton {SCHEDULER}"

@@ -93,6 +93,7 @@ pub struct Occupancy {
 
 enum Command {
     Health(AgentHealth, Option<String>),
+    Event(EventBody),
     WatchDepth(String),
     Stop(oneshot::Sender<()>),
 }
@@ -116,6 +117,19 @@ impl ReporterHandle {
     /// Report an agent health change.
     pub fn health(&self, health: AgentHealth, reason: Option<String>) {
         let _ = self.commands.send(Command::Health(health, reason));
+    }
+
+    /// Report that this node released the directory claims of the removed member `host`.
+    pub fn host_evicted(&self, host: &str, previous_status: &str, mut actors: Vec<String>) {
+        actors.sort();
+        let eviction = troupe_protocol::HostEviction {
+            host: host.to_owned(),
+            previous_status: Some(previous_status.to_owned()),
+            actors,
+        };
+        let _ = self
+            .commands
+            .send(Command::Event(EventBody::DirectoryHostEvicted(eviction)));
     }
 
     /// Sample the mailbox depth of the actor at `path` on every depth tick.
@@ -148,7 +162,8 @@ impl ReporterHandle {
         }
     }
 
-    /// Flush what is buffered (one attempt) and stop.
+    /// Ship everything buffered (retrying until the control plane accepts it; bound the wait
+    /// with a timeout) and stop.
     pub async fn stop(&self) {
         let (tx, rx) = oneshot::channel();
         if self.commands.send(Command::Stop(tx)).is_ok() {
@@ -159,6 +174,18 @@ impl ReporterHandle {
 
 /// Carry out a member operation an operator queued on the control plane.
 fn carry_out(cluster: &Cluster, operation: &troupe_protocol::MemberOperation) {
+    if let Some(departure) = cluster.departure() {
+        // A node outside the cluster cannot carry anything out (a down of itself least of
+        // all); say so rather than pretend.
+        tracing::warn!(
+            id = operation.id,
+            address = %operation.address,
+            operation = operation.operation.as_str(),
+            ?departure,
+            "member operation not carried out: this node is no longer in the cluster"
+        );
+        return;
+    }
     let Some((host, port)) = operation.address.rsplit_once(':') else {
         tracing::warn!(address = %operation.address, "member operation names no host:port; ignored");
         return;
@@ -219,17 +246,57 @@ pub fn start(
                         at_ms: now_ms(),
                         body: EventBody::AgentHealthChanged(HealthChange { health, reason }),
                     }),
+                    Some(Command::Event(body)) => push(Event { at_ms: now_ms(), body }),
                     Some(Command::WatchDepth(path)) => {
                         if !watched.contains(&path) {
                             watched.push(path);
                         }
                     }
                     Some(Command::Stop(done)) => {
-                        let batch = buffer.lock().next_batch().cloned();
-                        if let Some(batch) = batch
-                            && shipper.ship(&batch, now_ms()).await.is_ok()
-                        {
-                            buffer.lock().acknowledged(batch.sequence);
+                        // What already happened but still waits in a subscription goes into the
+                        // last reports too (the node's own removal, its singleton stopping).
+                        while let Some(notification) = cluster_events.try_recv() {
+                            if let ClusterNotification::Event(event) = notification {
+                                push(convert::cluster_event(&event, &cluster.view(), now_ms()));
+                            }
+                        }
+                        while let Some(letter) = dead_letters.try_recv() {
+                            push(convert::dead_letter(&letter, cluster.self_address(), now_ms()));
+                        }
+                        while let Some(event) = singleton_events.try_recv() {
+                            if let Some(event) = runtime_events.singleton(&event, now_ms()) {
+                                push(event);
+                            }
+                        }
+                        while let Some(event) = router_events.try_recv() {
+                            if let Some(event) = runtime_events.router(&event, now_ms()) {
+                                push(event);
+                            }
+                        }
+                        // Ship all of it, retrying; the caller bounds how long
+                        // (`--flush-timeout-ms`).
+                        loop {
+                            let batch = buffer.lock().next_batch().cloned();
+                            let Some(batch) = batch else { break };
+                            match shipper.ship(&batch, now_ms()).await {
+                                Ok(ack) => {
+                                    buffer.lock().acknowledged(batch.sequence);
+                                    stats.batches_acknowledged.fetch_add(1, Ordering::Relaxed);
+                                    for operation in &ack.operations {
+                                        tracing::warn!(
+                                            id = operation.id,
+                                            address = %operation.address,
+                                            operation = operation.operation.as_str(),
+                                            "member operation not carried out: this agent is shutting down"
+                                        );
+                                    }
+                                }
+                                Err(error) => {
+                                    stats.failed_attempts.fetch_add(1, Ordering::Relaxed);
+                                    tracing::debug!(%error, "last report batch not accepted; retrying");
+                                    tokio::time::sleep(Duration::from_millis(200)).await;
+                                }
+                            }
                         }
                         let _ = done.send(());
                         return;

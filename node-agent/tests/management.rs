@@ -90,23 +90,16 @@ fn free_port() -> u16 {
 }
 
 fn config(port: u16, seed: u16, control_plane: Option<&str>) -> AgentConfig {
-    AgentConfig {
-        system: "mgmt".into(),
-        bind: format!("127.0.0.1:{port}").parse().unwrap(),
-        advertised_host: None,
-        management_bind: "127.0.0.1:0".parse().unwrap(),
-        drain_delay_ms: 0,
-        seeds: vec![format!("troupe://mgmt@127.0.0.1:{seed}").parse().unwrap()],
-        roles: vec![],
-        secret: "management test secret, long enough".into(),
-        down_after_ms: 5_000,
-        events_json: false,
-        control_plane: control_plane.map(ToOwned::to_owned),
-        ingest_token: "test-token".into(),
-        node_name: None,
-        report_interval_ms: 50,
-        demo: false,
-    }
+    let mut config = AgentConfig::new(
+        "mgmt",
+        format!("127.0.0.1:{port}").parse().unwrap(),
+        "management test secret, long enough",
+    );
+    config.seeds = vec![format!("troupe://mgmt@127.0.0.1:{seed}").parse().unwrap()];
+    config.control_plane = control_plane.map(ToOwned::to_owned);
+    config.ingest_token = "test-token".into();
+    config.report_interval_ms = 50;
+    config
 }
 
 /// The value of the sample `series` (name with labels, exactly as exposed), if present.
@@ -341,7 +334,7 @@ async fn metrics_show_dead_letters_membership_depths_and_reporter_traffic() {
     )
     .await;
     // It leaves: the first node counts one again.
-    second.shutdown(Duration::from_secs(5)).await;
+    second.shutdown().await;
     scrape_until(
         &client,
         &agent,
@@ -351,7 +344,7 @@ async fn metrics_show_dead_letters_membership_depths_and_reporter_traffic() {
     .await;
 
     gate.add_permits(100);
-    agent.shutdown(Duration::from_secs(5)).await;
+    agent.shutdown().await;
     // The reporter's last batch told the control plane what the probes said on the way out.
     assert_eq!(
         received.health_reports(),
@@ -438,7 +431,7 @@ async fn probes_follow_the_agent_from_ready_to_fenced_and_the_reporter_says_the_
     assert_eq!(post.status(), 405);
 
     let addr = agent.management_addr();
-    agent.shutdown(Duration::from_secs(5)).await;
+    agent.shutdown().await;
     assert!(
         client
             .get(format!("http://{addr}/_troupe/health"))
@@ -543,7 +536,7 @@ async fn dropped_items_are_counted_by_kind_while_the_control_plane_is_away() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    agent.shutdown(Duration::from_secs(5)).await;
+    agent.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -609,7 +602,7 @@ async fn singleton_hosting_hand_overs_and_leader_changes_are_counted() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // The first leaves: the second hosts after a hand-over round of its own.
-    first.shutdown(Duration::from_secs(5)).await;
+    first.shutdown().await;
     scrape_until(&client, &second, hosting, |v| v == 1.0).await;
     let text = scrape(&client, &second).await;
     let rounds = sample(&text, completed).unwrap_or(0.0)
@@ -620,5 +613,5 @@ async fn singleton_hosting_hand_overs_and_leader_changes_are_counted() {
         .unwrap_or(0.0);
     assert!(rounds >= 1.0, "no hand-over round counted:\n{text}");
     assert!(sample(&text, "troupe_agent_leader_changes_total").is_some_and(|v| v >= 1.0));
-    second.shutdown(Duration::from_secs(5)).await;
+    second.shutdown().await;
 }

@@ -88,23 +88,16 @@ fn free_port() -> u16 {
 }
 
 fn config(port: u16, control_plane: u16) -> AgentConfig {
-    AgentConfig {
-        system: "report".into(),
-        bind: format!("127.0.0.1:{port}").parse().unwrap(),
-        advertised_host: None,
-        management_bind: "127.0.0.1:0".parse().unwrap(),
-        drain_delay_ms: 0,
-        seeds: vec![format!("troupe://report@127.0.0.1:{port}").parse().unwrap()],
-        roles: vec![],
-        secret: "reporting test secret, long enough".into(),
-        down_after_ms: 5_000,
-        events_json: false,
-        control_plane: Some(format!("http://127.0.0.1:{control_plane}")),
-        ingest_token: "test-token".into(),
-        node_name: Some("machine-1".into()),
-        report_interval_ms: 50,
-        demo: false,
-    }
+    let mut config = AgentConfig::new(
+        "report",
+        format!("127.0.0.1:{port}").parse().unwrap(),
+        "reporting test secret, long enough",
+    );
+    config.control_plane = Some(format!("http://127.0.0.1:{control_plane}"));
+    config.ingest_token = "test-token".into();
+    config.node_name = Some("machine-1".into());
+    config.report_interval_ms = 50;
+    config
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -160,6 +153,6 @@ async fn events_from_while_the_server_was_away_arrive_once_it_is_back_with_a_ret
     assert_eq!(received.unauthorized.load(Ordering::Relaxed), 0);
     // The agent first: while it reports every 50 ms, the stand-in's graceful stop would wait
     // out its 30 s shutdown timeout on the open keep-alive connection.
-    agent.shutdown(Duration::from_secs(5)).await;
+    agent.shutdown().await;
     server.stop(true).await;
 }

@@ -9,6 +9,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::dead_letter::DeadLetterEvent;
+use crate::directory::HostEviction;
 use crate::health::HealthChange;
 use crate::membership::{LeaderChange, MemberChange};
 use crate::router::{RouteesChange, RouterStarted};
@@ -186,6 +187,8 @@ event_kinds! {
     DeadLetter(DeadLetterEvent) => DeadLetter,
     /// The reporting agent's health changed.
     AgentHealthChanged(HealthChange) => Health,
+    /// The leader released the directory claims of a removed or fenced member.
+    DirectoryHostEvicted(HostEviction) => Membership,
 }
 
 impl EventBody {
@@ -223,6 +226,7 @@ impl EventBody {
             Self::RouteesChanged(e) => Some(&e.router),
             Self::DeadLetter(e) => Some(&e.recipient),
             Self::AgentHealthChanged(_) => None,
+            Self::DirectoryHostEvicted(e) => Some(&e.host),
         }
     }
 }

@@ -19,6 +19,7 @@
 //! silently lost.
 
 mod dead_letter;
+mod directory;
 mod event;
 mod health;
 mod identity;
@@ -29,6 +30,7 @@ mod singleton;
 pub mod wire;
 
 pub use dead_letter::DeadLetterEvent;
+pub use directory::HostEviction;
 pub use event::{Event, EventBody, EventCategory, EventKind, UnknownEventKind};
 pub use health::{AgentHealth, HealthChange};
 pub use identity::{AgentIdentity, AgentMeta};

@@ -123,6 +123,11 @@ fn one_of_each() -> Vec<EventBody> {
             health: AgentHealth::Fenced,
             reason: Some("lease renewal got 404".into()),
         }),
+        EventBody::DirectoryHostEvicted(HostEviction {
+            host: "troupe://app@10.0.0.2:2552#7".into(),
+            previous_status: Some("down".into()),
+            actors: vec!["cart-1".into(), "cart-2".into()],
+        }),
     ]
 }
 
@@ -270,6 +275,28 @@ fn ack_and_operations_have_pinned_field_names() {
         serde_json::to_value(&ack).unwrap(),
         json!({"sequence": "3", "duplicate": true, "stored_events": "0",
                "operations": [{"id": 1, "address": "a:1", "operation": "down"}]})
+    );
+}
+
+#[test]
+fn directory_host_evicted_has_pinned_field_names() {
+    let event = Event {
+        at_ms: 8,
+        body: EventBody::DirectoryHostEvicted(HostEviction {
+            host: "troupe://app@10.0.0.2:2552#7".into(),
+            previous_status: Some("exiting".into()),
+            actors: vec!["a".into()],
+        }),
+    };
+    assert_eq!(
+        serde_json::to_value(&event).unwrap(),
+        json!({
+            "at_ms": 8,
+            "kind": "DirectoryHostEvicted",
+            "host": "troupe://app@10.0.0.2:2552#7",
+            "previous_status": "exiting",
+            "actors": ["a"]
+        })
     );
 }
 

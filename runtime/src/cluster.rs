@@ -38,8 +38,10 @@ pub use events::{ClusterEvent, ClusterView, diff};
 pub use failure_detector::{FailureDetectorSettings, PhiAccrual};
 pub use gossip::{Gossip, Received};
 pub use member::{Member, MemberStatus};
-pub use membership::{Action, ClusterMsg, Input, Membership, MembershipSettings, SettingsError};
-pub use provider::{MembershipControl, MembershipProvider, ViewSink};
+pub use membership::{
+    Action, ClusterMsg, Downing, Input, Membership, MembershipSettings, SettingsError,
+};
+pub use provider::{Departure, MembershipControl, MembershipProvider, ViewSink};
 pub use reachability::Reachability;
 pub use vector_clock::{Causality, VectorClock};
 pub use wire::{CLUSTER_CHANNEL, WireError, decode_cluster_frame, encode_cluster_frame};
@@ -97,6 +99,8 @@ pub(crate) struct Shared {
     view: ClusterView,
     subscribers: Vec<Subscriber>,
     terminated: bool,
+    /// How this node left, once it has (set once, by the provider).
+    departure: tokio::sync::watch::Sender<Option<Departure>>,
     /// Every new view, including changes no event names (such as convergence).
     views: tokio::sync::watch::Sender<ClusterView>,
 }
@@ -175,6 +179,7 @@ impl Cluster {
             },
             subscribers: Vec::new(),
             terminated: false,
+            departure: tokio::sync::watch::channel(None).0,
             views: tokio::sync::watch::channel(ClusterView::default()).0,
         }));
         let sink = ViewSink {
@@ -290,6 +295,23 @@ impl Cluster {
             if views.changed().await.is_err() {
                 return self.view();
             }
+        }
+    }
+
+    /// How this node left the cluster, once it has (see [`Departure`]).
+    #[must_use]
+    pub fn departure(&self) -> Option<Departure> {
+        self.inner.shared.lock().departure.borrow().clone()
+    }
+
+    /// Wait until this node has left the cluster, and say how: gracefully, stopped, or
+    /// fenced (downed, removed, its membership token lost). A host process turns a fence
+    /// into a non-zero exit so that it restarts with a fresh incarnation.
+    pub async fn departed(&self) -> Departure {
+        let mut departure = self.inner.shared.lock().departure.subscribe();
+        match departure.wait_for(Option::is_some).await {
+            Ok(departure) => departure.clone().unwrap_or(Departure::Stopped),
+            Err(_) => Departure::Stopped,
         }
     }
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use troupe::cluster::{ClusterEvent, ClusterNotification};
+use troupe::cluster::{ClusterEvent, ClusterNotification, Departure};
 use troupe::testkit::{SimCluster, sim_address};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -184,4 +184,31 @@ async fn randomized_daemon_runs_end_converged_with_nobody_stuck() {
         })
         .await;
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_daemon_says_how_its_node_departed_downed_is_fenced_leaving_is_left() {
+    let mut sim = SimCluster::new(14);
+    for _ in 0..3 {
+        sim.start_node(&[]);
+    }
+    sim.wait_all_up(3, LIMIT).await;
+    let (downed, leaver) = (sim.node(2).cluster.clone(), sim.node(1).cluster.clone());
+    assert_eq!(downed.departure(), None);
+    sim.node(0).cluster.down(sim_address(2));
+    let departure = tokio::time::timeout(LIMIT, downed.departed())
+        .await
+        .unwrap();
+    assert!(departure.is_fenced(), "{departure:?}");
+    leaver.leave();
+    let departure = tokio::time::timeout(LIMIT, leaver.departed())
+        .await
+        .unwrap();
+    assert_eq!(departure, Departure::Left);
+    assert_eq!(sim.node(0).cluster.departure(), None);
+    sim.node(0).cluster.shutdown();
+    let departure = tokio::time::timeout(LIMIT, sim.node(0).cluster.departed())
+        .await
+        .unwrap();
+    assert_eq!(departure, Departure::Stopped);
 }

@@ -13,8 +13,8 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 use troupe::cluster::{
-    Action, ClusterEvent, ClusterMsg, ClusterView, Input, MemberStatus, Membership,
-    MembershipSettings, diff,
+    Action, ClusterEvent, ClusterMsg, ClusterView, Departure, Downing, Input, MemberStatus,
+    Membership, MembershipSettings, diff,
 };
 use troupe::{Address, UniqueAddress};
 
@@ -726,4 +726,153 @@ fn any_member_can_make_another_leave_gracefully() {
         !events.contains(&"MemberUnreachable"),
         "a graceful leave is never unreachable: {events:?}"
     );
+}
+
+fn departure(sim: &Sim, i: usize) -> Option<Departure> {
+    sim.nodes[i].membership.departure()
+}
+
+#[test]
+fn a_member_downed_by_the_cluster_departs_fenced() {
+    let mut sim = cluster_of(21, 3);
+    let target = sim.addresses[2].address.clone();
+    sim.api(0, Input::Down(target));
+    sim.run_until(Duration::from_secs(10), |s| s.nodes[2].terminated);
+    assert_eq!(
+        departure(&sim, 2),
+        Some(Departure::Fenced {
+            reason: "downed by the cluster".to_owned()
+        })
+    );
+    assert_eq!(departure(&sim, 0), None, "the others are still members");
+}
+
+#[test]
+fn a_member_that_leaves_or_is_asked_to_leave_departs_left() {
+    let mut sim = cluster_of(22, 4);
+    sim.api(3, Input::Leave);
+    let asked = sim.addresses[2].address.clone();
+    sim.api(0, Input::LeaveMember(asked));
+    sim.run_until(Duration::from_secs(15), |s| {
+        s.nodes[2].terminated && s.nodes[3].terminated
+    });
+    assert_eq!(departure(&sim, 3), Some(Departure::Left));
+    assert_eq!(departure(&sim, 2), Some(Departure::Left));
+}
+
+/// Partition `a` from `b` for `down_after` and well beyond; then heal and run on.
+fn split(seed: u64, n: usize, a: &[usize], b: &[usize], downing: Downing) -> Sim {
+    let mut settings = settings();
+    settings.downing = downing;
+    settings.down_after = Some(Duration::from_secs(2));
+    let mut sim = Sim::new(seed, settings);
+    for _ in 0..n {
+        sim.start_node(&[]);
+    }
+    sim.run_until(Duration::from_secs(30), |s| s.all_up_and_converged(n));
+    sim.partition(a, b);
+    sim.run_for(Duration::from_secs(12));
+    sim.heal();
+    sim.run_for(Duration::from_secs(10));
+    sim
+}
+
+fn fenced(departure: Option<Departure>) -> bool {
+    departure.is_some_and(|d| d.is_fenced())
+}
+
+/// The minority's acting leader says why it downed its side; the others only see themselves
+/// downed.
+fn one_says_keep_majority(sim: &Sim, side: &[usize]) -> bool {
+    side.iter().any(|&i| {
+        matches!(departure(sim, i), Some(Departure::Fenced { reason }) if reason.contains("keep-majority"))
+    })
+}
+
+#[test]
+fn keep_majority_the_minority_side_downs_itself_and_fences() {
+    let sim = split(23, 5, &[0, 1, 2], &[3, 4], Downing::KeepMajority);
+    for i in [3, 4] {
+        assert!(sim.nodes[i].terminated, "node {i} is still running");
+        assert!(
+            fenced(departure(&sim, i)),
+            "node {i}: {:?}",
+            departure(&sim, i)
+        );
+    }
+    assert!(one_says_keep_majority(&sim, &[3, 4]));
+    for i in [0, 1, 2] {
+        assert_eq!(departure(&sim, i), None, "node {i}");
+        let view = sim.view(i);
+        assert_eq!(view.members.len(), 3, "node {i}: {view:?}");
+        assert!(
+            view.converged && view.unreachable.is_empty(),
+            "node {i}: {view:?}"
+        );
+    }
+}
+
+#[test]
+fn keep_majority_an_even_split_keeps_the_side_with_the_lowest_address() {
+    let sim = split(24, 4, &[1, 2], &[0, 3], Downing::KeepMajority);
+    for i in [1, 2] {
+        assert!(fenced(departure(&sim, i)), "node {i}");
+    }
+    assert!(one_says_keep_majority(&sim, &[1, 2]));
+    for i in [0, 3] {
+        assert_eq!(departure(&sim, i), None, "node {i}");
+        assert_eq!(sim.view(i).members.len(), 2, "node {i}");
+    }
+}
+
+/// The failure keep-majority exists for: with auto-down both sides remove each other, and the
+/// cut-off node carries on as a cluster of its own after the heal, never learning it was
+/// downed (nobody talks to a removed member).
+#[test]
+fn auto_down_leaves_the_cut_off_member_running_alone_after_the_heal() {
+    let sim = split(25, 3, &[0, 1], &[2], Downing::AutoDown);
+    assert_eq!(departure(&sim, 2), None);
+    assert!(!sim.nodes[2].terminated);
+    let alone = sim.view(2);
+    assert_eq!(alone.members.len(), 1, "{alone:?}");
+    assert_eq!(alone.leader, Some(address(2)));
+    assert_eq!(sim.view(0).members.len(), 2);
+}
+
+#[test]
+fn keep_majority_over_random_splits_leaves_exactly_one_side_running() {
+    let mut rng = SmallRng::seed_from_u64(26);
+    for seed in 0..20 {
+        let n = rng.random_range(3..=6);
+        let mut nodes: Vec<usize> = (0..n).collect();
+        for i in (1..n).rev() {
+            nodes.swap(i, rng.random_range(0..=i));
+        }
+        let cut = rng.random_range(1..n);
+        let (a, b) = nodes.split_at(cut);
+        let sim = split(1_000 + seed, n, a, b, Downing::KeepMajority);
+        let keeps_a = a.len() * 2 > n || (a.len() * 2 == n && a.contains(&0));
+        let (kept, downed) = if keeps_a { (a, b) } else { (b, a) };
+        assert!(one_says_keep_majority(&sim, downed), "seed {seed}");
+        for &i in downed {
+            assert!(
+                fenced(departure(&sim, i)),
+                "seed {seed}: sides {a:?} | {b:?}: node {i} should have fenced: {:?}",
+                departure(&sim, i)
+            );
+        }
+        for &i in kept {
+            assert_eq!(
+                departure(&sim, i),
+                None,
+                "seed {seed}: {a:?} | {b:?}: node {i}"
+            );
+            assert_eq!(
+                sim.view(i).members.len(),
+                kept.len(),
+                "seed {seed}: {a:?} | {b:?}: node {i}: {:?}",
+                sim.view(i)
+            );
+        }
+    }
 }

@@ -51,6 +51,7 @@ store_suite!(
     agent_health_is_the_latest_reported,
     retention_deletes_only_history_older_than_the_cutoff,
     member_operation_is_delivered_once_with_the_next_ack,
+    member_operation_waits_for_a_ready_agent_never_a_starting_draining_or_fenced_one,
     depth_ticks_are_stored_one_row_per_tick,
     concurrent_batches_touching_the_same_members_in_opposite_orders_all_commit,
     history_is_ordered_by_event_time_not_arrival,
@@ -499,6 +500,58 @@ async fn member_operation_is_delivered_once_with_the_next_ack(store: &Store) {
         .await
         .unwrap();
     assert!(ack.operations.is_empty());
+}
+
+async fn member_operation_waits_for_a_ready_agent_never_a_starting_draining_or_fenced_one(
+    store: &Store,
+) {
+    use troupe_protocol::{AgentHealth, HealthChange};
+    let health = |h| {
+        EventBody::AgentHealthChanged(HealthChange {
+            health: h,
+            reason: None,
+        })
+    };
+    store
+        .ingest(&BatchBuilder::new("app", "b:1", 1).build(), 1)
+        .await
+        .unwrap();
+    let cid = cluster_id(store, "app").await;
+    let id = store
+        .request_operation(cid, "b:1", OperationKind::Down, 2)
+        .await
+        .unwrap();
+    // The fenced agent's own last batch (it says fenced) takes nothing; neither does a
+    // draining one.
+    let fenced = BatchBuilder::new("app", "a:1", 1)
+        .event(3, health(AgentHealth::Fenced))
+        .build();
+    assert!(
+        store
+            .ingest(&fenced, 3)
+            .await
+            .unwrap()
+            .operations
+            .is_empty()
+    );
+    let draining = BatchBuilder::new("app", "c:1", 1)
+        .event(4, health(AgentHealth::Ready))
+        .event(5, health(AgentHealth::Draining))
+        .build();
+    assert!(
+        store
+            .ingest(&draining, 5)
+            .await
+            .unwrap()
+            .operations
+            .is_empty()
+    );
+    let ready = BatchBuilder::new("app", "d:1", 1)
+        .event(6, health(AgentHealth::Ready))
+        .build();
+    let ack = store.ingest(&ready, 6).await.unwrap();
+    assert_eq!(ack.operations.len(), 1);
+    assert_eq!(ack.operations[0].id, id);
 }
 
 async fn depth_ticks_are_stored_one_row_per_tick(store: &Store) {

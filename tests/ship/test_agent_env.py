@@ -1,15 +1,19 @@
 """The agent chart against the real agent: the environment a rendered pod gets starts a
-`troupe-agent` that becomes ready and leaves within the grace period on SIGTERM."""
+`troupe-agent` that becomes ready and leaves within the grace period on SIGTERM, and every
+TROUPE_* variable the chart can set is one the agent reads (`troupe-agent --help` lists it)."""
 
 import os
 import re
 import signal
+import subprocess
 import time
 
-from support import (CHARTS, binaries, free_port, http_get, load_values, objects, processes,
-                     render, wait_until)
+from support import (CHARTS, binaries, env_of, free_port, http_get, load_values, objects,
+                     processes, render, values_files, wait_until)
 
 AGENT = CHARTS / "troupe-agent"
+# Set by Kubernetes or the image, not flags of the agent.
+NOT_FLAGS = {"POD_IP", "POD_NAME", "POD_NAMESPACE", "RUST_LOG"}
 
 
 def pod_environment(container, pod_ip, secrets):
@@ -26,6 +30,21 @@ def pod_environment(container, pod_ip, secrets):
             ref = entry["valueFrom"]["secretKeyRef"]
             env[entry["name"]] = secrets[ref["key"]]
     return env
+
+
+def test_every_variable_the_chart_sets_is_read_by_the_agent():
+    _, agent = binaries()
+    documented = set(re.findall(r"env:\s+(\w+)", subprocess.run(
+        [str(agent), "--help"], capture_output=True, text=True, timeout=30, check=True).stdout))
+    set_by_chart = set()
+    for path in [None, *values_files(AGENT)]:
+        values = load_values(path) if path else {}
+        for obj in objects(render(AGENT, values)):
+            if obj["kind"] == "Deployment":
+                for container in obj["spec"]["template"]["spec"]["containers"]:
+                    set_by_chart |= set(env_of(container))
+    unread = sorted(set_by_chart - NOT_FLAGS - documented)
+    assert not unread, f"the chart sets variables troupe-agent does not read: {unread}"
 
 
 def test_a_pod_environment_from_the_chart_runs_the_agent_ready_and_sigterm_leaves_in_grace():

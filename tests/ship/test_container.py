@@ -135,6 +135,8 @@ def test_the_server_and_two_agents_run_in_containers_and_the_agents_join_and_rep
             podman("run", "--detach", "--name", name, "--network", "host",
                    "--env", "TROUPE_CLUSTER_SECRET=podman test cluster secret",
                    "--env", f"TROUPE_INGEST_TOKEN={token}", "--env", "NODE_NAME=podman-host",
+                   "--env", "TROUPE_MEMBERSHIP=gossip", "--env", "TROUPE_SINGLETON_LEASE=none",
+                   "--env", "TROUPE_LEAVE_TIMEOUT_MS=10000", "--env", "TROUPE_FLUSH_TIMEOUT_MS=5000",
                    images["agent"], "--system", system, "--bind", f"127.0.0.1:{port}",
                    "--seed", seed, "--management-bind", f"127.0.0.1:{mgmt}",
                    "--control-plane", base, "--report-interval-ms", "200", "--demo")

@@ -218,7 +218,8 @@ async fn the_dev_cluster_shows_the_demo_in_the_api_and_ctrl_c_stops_every_proces
         let log = std::fs::read_to_string(dir.0.join(format!("logs/agent-{agent}.log")))
             .expect("agent log");
         assert!(
-            log.contains("shutting down: leaving the cluster"),
+            log.contains("shutting down: draining, then leaving the cluster")
+                && log.contains("left the cluster"),
             "agent-{agent} left gracefully: {log}"
         );
     }

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use super::error::ClusterError;
 use super::membership::{Action, Input, Membership, MembershipSettings};
-use super::provider::{MembershipControl, MembershipProvider, ViewSink};
+use super::provider::{Departure, MembershipControl, MembershipProvider, ViewSink};
 use super::wire::{decode_cluster_frame, encode_cluster_frame};
 use crate::Address;
 use crate::actor::{Actor, ActorError};
@@ -146,6 +146,7 @@ struct ClusterDaemon {
 impl ClusterDaemon {
     fn apply(&mut self, input: Input, ctx: &mut Context<Self>) {
         let actions = self.membership.handle(input, Instant::now(), &mut self.rng);
+        let mut terminated = false;
         for action in actions {
             match action {
                 Action::Send { to, message } => {
@@ -153,13 +154,17 @@ impl ClusterDaemon {
                         tracing::debug!(peer = %to, %error, "cluster message not sent");
                     }
                 }
-                Action::Terminate => {
-                    tracing::info!(node = %self.membership.me(), "left the cluster");
-                    ctx.stop_self();
-                }
+                Action::Terminate => terminated = true,
             }
         }
         self.sink.publish(self.membership.view());
+        if terminated {
+            // After the last view (without this node), so that whoever waits for the
+            // departure finds this node's singletons already told to stop.
+            self.sink
+                .depart(self.membership.departure().unwrap_or(Departure::Stopped));
+            ctx.stop_self();
+        }
     }
 }
 
@@ -227,7 +232,8 @@ impl Actor for ClusterDaemon {
         for task in self.tasks.drain(..) {
             task.abort();
         }
-        self.sink.mark_terminated();
         self.sink.publish(self.membership.view());
+        // Stopped without the protocol terminating (`shutdown`, or a failure of the daemon).
+        self.sink.depart(Departure::Stopped);
     }
 }

@@ -30,6 +30,7 @@ use super::events::ClusterView;
 use super::failure_detector::{FailureDetectorSettings, PhiAccrual};
 use super::gossip::Gossip;
 use super::member::MemberStatus;
+use super::provider::Departure;
 use crate::{Address, UniqueAddress};
 
 /// Settings of gossip membership. The defaults detect a dead node in about 2–3 s and down it
@@ -48,6 +49,8 @@ pub struct MembershipSettings {
     pub failure_detector: FailureDetectorSettings,
     /// Down a member that stays unreachable this long; `None` never downs automatically.
     pub down_after: Option<Duration>,
+    /// What the acting leader downs when members stayed unreachable for `down_after`.
+    pub downing: Downing,
     /// How long the first seed waits for the others before forming a cluster alone.
     pub seed_node_timeout: Duration,
     /// How long to wait for `Welcome` before asking the seeds again.
@@ -65,9 +68,40 @@ impl Default for MembershipSettings {
             heartbeat_interval: Duration::from_millis(500),
             failure_detector: FailureDetectorSettings::default(),
             down_after: Some(Duration::from_secs(5)),
+            downing: Downing::AutoDown,
             seed_node_timeout: Duration::from_secs(1),
             join_timeout: Duration::from_secs(2),
             removal_grace: Duration::from_millis(600),
+        }
+    }
+}
+
+/// How a side of the cluster resolves members that stayed unreachable for `down_after`.
+///
+/// Unreachability is symmetric under a partition: each side sees the other unreachable, and
+/// whatever one side decides the other decides too, for the other side. `AutoDown` lets both
+/// sides down each other and carry on as two clusters, neither of which ever learns that the
+/// other removed it; `KeepMajority` lets only one side survive, and the other downs itself, so
+/// its members see themselves down and fence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Downing {
+    /// Down every member unreachable that long, whatever the size of this side.
+    #[default]
+    AutoDown,
+    /// Keep the side that holds a majority of the up and leaving members: it downs the
+    /// unreachable ones; a minority side downs itself instead. An even split keeps the side
+    /// with the lowest address. The price (Akka's keep-majority pays it too): when more than
+    /// half the members crash at once, the survivors down themselves.
+    KeepMajority,
+}
+
+impl Downing {
+    /// The name used on command lines (`keep-majority`).
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::AutoDown => "auto-down",
+            Self::KeepMajority => "keep-majority",
         }
     }
 }
@@ -212,6 +246,12 @@ pub struct Membership {
     unreachable_since: BTreeMap<UniqueAddress, Instant>,
     leaving_since: Option<Instant>,
     heartbeat_sequence: u64,
+    /// This node's own status as last seen while it was a member (what its departure means).
+    own_status: Option<MemberStatus>,
+    /// `Leave` was asked of this node through its own API.
+    asked_to_leave: bool,
+    /// Why this node downed itself, when it did (its side was a minority).
+    downed_itself: Option<String>,
 }
 
 impl Membership {
@@ -230,6 +270,9 @@ impl Membership {
             unreachable_since: BTreeMap::new(),
             leaving_since: None,
             heartbeat_sequence: 0,
+            own_status: None,
+            asked_to_leave: false,
+            downed_itself: None,
         }
     }
 
@@ -255,6 +298,23 @@ impl Membership {
     #[must_use]
     pub fn is_terminated(&self) -> bool {
         self.phase == Phase::Terminated
+    }
+
+    /// How this node left, once it has: gracefully when it was leaving or exiting (or asked to
+    /// leave), fenced when the others downed or removed it while it was up.
+    #[must_use]
+    pub fn departure(&self) -> Option<Departure> {
+        (self.phase == Phase::Terminated).then(|| {
+            match (
+                Departure::after(self.own_status, self.asked_to_leave),
+                &self.downed_itself,
+            ) {
+                (Departure::Fenced { .. }, Some(reason)) => Departure::Fenced {
+                    reason: reason.clone(),
+                },
+                (departure, _) => departure,
+            }
+        })
     }
 
     /// Whether this node is (still) a member.
@@ -312,20 +372,20 @@ impl Membership {
                     self.join_via(address, now, &mut actions);
                 }
             }
-            Input::Leave => match self.phase {
-                Phase::Member => {
+            Input::Leave => {
+                self.asked_to_leave = true;
+                if self.phase == Phase::Member {
                     if self
                         .gossip
                         .set_status(&self.me.clone(), MemberStatus::Leaving)
                     {
                         self.gossip.bump(&self.me);
                     }
-                }
-                _ => {
+                } else {
                     self.phase = Phase::Terminated;
                     actions.push(Action::Terminate);
                 }
-            },
+            }
             Input::Down(address) => self.set_status_at(&address, MemberStatus::Down),
             Input::LeaveMember(address) => self.set_status_at(&address, MemberStatus::Leaving),
         }
@@ -469,7 +529,23 @@ impl Membership {
             })
             .map(|(node, _)| node.clone())
             .collect();
-        for node in due {
+        if due.is_empty() {
+            return;
+        }
+        let to_down = match self.settings.downing {
+            Downing::AutoDown => due,
+            Downing::KeepMajority => match keep_majority(&self.gossip, &self.me) {
+                Side::Keep => due,
+                Side::DownOurs { ours, of } => {
+                    self.downed_itself = Some(format!(
+                        "downed itself: its side of the cluster ({} of {of} members) stayed cut off from the rest for {down_after:?} (keep-majority)",
+                        ours.len(),
+                    ));
+                    ours
+                }
+            },
+        };
+        for node in to_down {
             if self.gossip.set_status(&node, MemberStatus::Down) {
                 self.gossip.bump(&self.me);
             }
@@ -612,6 +688,9 @@ impl Membership {
             return;
         }
         let status = self.gossip.member(&self.me).map(|m| m.status);
+        if status.is_some() {
+            self.own_status = status;
+        }
         let out = match status {
             None => true,
             Some(MemberStatus::Exiting | MemberStatus::Down | MemberStatus::Removed) => {
@@ -624,5 +703,41 @@ impl Membership {
             self.phase = Phase::Terminated;
             actions.push(Action::Terminate);
         }
+    }
+}
+
+/// What keep-majority decides for the side the acting leader is on.
+#[derive(Debug, PartialEq, Eq)]
+enum Side {
+    /// This side survives: down the unreachable members.
+    Keep,
+    /// This side is the minority: down these, its own members (of `of` counted).
+    DownOurs { ours: Vec<UniqueAddress>, of: usize },
+}
+
+/// Keep-majority over the up and leaving members: `me` and the reachable ones are this side.
+fn keep_majority(gossip: &Gossip, me: &UniqueAddress) -> Side {
+    let unreachable = gossip.unreachable_members();
+    let counted: Vec<&UniqueAddress> = gossip
+        .members()
+        .filter(|m| matches!(m.status, MemberStatus::Up | MemberStatus::Leaving))
+        .map(|m| &m.node)
+        .collect();
+    let ours: Vec<UniqueAddress> = counted
+        .iter()
+        .filter(|node| **node == me || !unreachable.contains(node))
+        .map(|node| (*node).clone())
+        .collect();
+    let (ours_n, all_n) = (ours.len(), counted.len());
+    let keep = if ours_n * 2 == all_n {
+        // Members are address-ordered: the lowest is the first counted.
+        counted.first().is_some_and(|lowest| ours.contains(lowest))
+    } else {
+        ours_n * 2 > all_n
+    };
+    if keep {
+        Side::Keep
+    } else {
+        Side::DownOurs { ours, of: all_n }
     }
 }

@@ -186,10 +186,11 @@ macro_rules! begin_batch {
 
 /// Marks the operations waiting for cluster `$cluster_id` delivered and evaluates to them.
 macro_rules! take_operations {
-    ($tx:expr, $cluster_id:expr, $received_ms:expr) => {{
+    ($tx:expr, $cluster_id:expr, $agent_id:expr, $received_ms:expr) => {{
         let rows: Vec<(i64, String, String)> = sqlx::query_as(crate::store::sql::TAKE_OPERATIONS)
             .bind($cluster_id)
             .bind($received_ms)
+            .bind($agent_id)
             .fetch_all(&mut *$tx)
             .await?;
         rows.into_iter()

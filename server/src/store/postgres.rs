@@ -80,7 +80,7 @@ pub(super) async fn ingest(
             .await?;
     }
     apply_state_changes!(tx, cluster_id, agent_id, &changes);
-    let operations = take_operations!(tx, cluster_id, received_ms);
+    let operations = take_operations!(tx, cluster_id, agent_id, received_ms);
     if !rows.events.at_ms.is_empty() || !rows.dead_letters.at_ms.is_empty() {
         // Event and dead-letter ids are the live stream's positions: taken under the
         // cluster's lock, held until commit, they are assigned in commit order within the

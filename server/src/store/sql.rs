@@ -97,9 +97,14 @@ WHERE routers.updated_ms <= excluded.updated_ms";
 pub(crate) const UPDATE_HEALTH: &str = "\
 UPDATE agents SET health = $2, health_at_ms = $3 WHERE id = $1 AND health_at_ms <= $3";
 
+/// Operations go only to an agent that can carry them out: a ready one (or one that reports no
+/// health), never one still starting, draining or fenced (it is not yet, or no longer, a
+/// serving member; the operation waits for the next ready reporter).
 pub(crate) const TAKE_OPERATIONS: &str = "\
 UPDATE member_operations SET delivered_ms = $2
 WHERE cluster_id = $1 AND delivered_ms IS NULL
+  AND EXISTS (SELECT 1 FROM agents WHERE id = $3
+              AND COALESCE(health, 'ready') = 'ready')
 RETURNING id, address, operation";
 
 pub(crate) const INSERT_EVENT_ROW: &str = "\

@@ -74,7 +74,7 @@ pub(super) async fn ingest(
             .await?;
     }
     apply_state_changes!(tx, cluster_id, agent_id, &changes);
-    let operations = take_operations!(tx, cluster_id, received_ms);
+    let operations = take_operations!(tx, cluster_id, agent_id, received_ms);
     tx.commit().await?;
     Ok((rows.outcome(operations), cluster_id))
 }

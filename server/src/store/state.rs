@@ -233,7 +233,8 @@ fn change_for(reporter: &AgentIdentity, at_ms: i64, body: &EventBody) -> Option<
             at_ms,
             health: h.health.as_str(),
         },
-        EventBody::SingletonHostElected(_)
+        EventBody::DirectoryHostEvicted(_)
+        | EventBody::SingletonHostElected(_)
         | EventBody::SingletonHandOverStarted(_)
         | EventBody::SingletonHandOverCompleted(_)
         | EventBody::SingletonHandOverTimedOut(_)

@@ -127,6 +127,12 @@ pub(crate) fn summary(body: &EventBody) -> String {
             Some(reason) => format!("agent {}: {reason}", e.health.as_str()),
             None => format!("agent {}", e.health.as_str()),
         },
+        EventBody::DirectoryHostEvicted(e) => format!(
+            "directory claims of {} released ({}): {}",
+            e.host,
+            e.previous_status.as_deref().unwrap_or("removed"),
+            list(&e.actors)
+        ),
     }
 }
 

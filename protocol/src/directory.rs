@@ -1,0 +1,18 @@
+//! Directory events: what happened to the claims of the actor directory.
+
+use serde::{Deserialize, Serialize};
+
+/// `DirectoryHostEvicted`: the reporting node (the leader) released every directory claim of a
+/// member that was removed or fenced. Reported once per released set: a second evictor
+/// releases nothing and reports nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostEviction {
+    /// The evicted member as the directory names it: its unique address
+    /// (`troupe://system@host:port#incarnation`).
+    pub host: String,
+    /// The member's status before it was removed (`exiting`, `down`, `up` for a fence).
+    #[serde(default)]
+    pub previous_status: Option<String>,
+    /// The actor ids whose claims were released, sorted.
+    pub actors: Vec<String>,
+}
