@@ -138,12 +138,24 @@ impl<M: Send + 'static> ActorRef<M> {
 
     /// Send a message without waiting. If it cannot be delivered it becomes a dead letter.
     pub fn tell(&self, message: M) {
-        let _ = self.tell_with(message, None);
+        self.tell_quietly(message, None);
     }
 
     /// Send a message naming its sender (shown in dead letters).
     pub fn tell_from(&self, message: M, sender: &ActorPath) {
-        let _ = self.tell_with(message, Some(sender.clone()));
+        self.tell_quietly(message, Some(sender.clone()));
+    }
+
+    /// The hot path of `tell`: a local actor's mailbox, or the outbound seam; the reason of a
+    /// dead letter is not needed.
+    #[inline]
+    fn tell_quietly(&self, message: M, sender: Option<ActorPath>) {
+        match &self.target {
+            Target::Local(cell) => cell.tell(message, sender),
+            Target::Foreign(cell) => {
+                let _ = cell.tell(message, sender);
+            }
+        }
     }
 
     /// Send; an undeliverable message becomes a dead letter, whose reason is returned.

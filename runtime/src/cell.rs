@@ -199,7 +199,16 @@ impl<M: Send + 'static> Cell<M> {
         self.mailbox.push_user(envelope)
     }
 
+    /// Enqueue a message; an undeliverable one is published as a dead letter.
+    #[inline]
+    pub(crate) fn tell(&self, message: M, sender: Option<ActorPath>) {
+        if let Err(refused) = self.deliver(Envelope::Message { message, sender }) {
+            self.dead_letter_refused(refused);
+        }
+    }
+
     /// Publish a refused envelope as a dead letter; returns the reason.
+    #[cold]
     pub(crate) fn dead_letter_refused(&self, refused: Refused<Envelope<M>>) -> DeadLetterReason {
         let (envelope, reason) = match refused {
             Refused::Closed(envelope) => (envelope, DeadLetterReason::RecipientStopped),

@@ -34,17 +34,14 @@ use tokio::sync::mpsc;
 
 pub use daemon::GossipMembership;
 pub use error::ClusterError;
-pub use events::{ClusterEvent, ClusterView, diff};
-pub use failure_detector::{FailureDetectorSettings, PhiAccrual};
-pub use gossip::{Gossip, Received};
+pub use events::{ClusterEvent, ClusterView};
+pub use failure_detector::FailureDetectorSettings;
 pub use member::{Member, MemberStatus};
-pub use membership::{
-    Action, ClusterMsg, Downing, Input, Membership, MembershipSettings, SettingsError,
-};
+pub use membership::{Downing, MembershipSettings, SettingsError};
 pub use provider::{Departure, MembershipControl, MembershipProvider, ViewSink};
-pub use reachability::Reachability;
-pub use vector_clock::{Causality, VectorClock};
-pub use wire::{CLUSTER_CHANNEL, WireError, decode_cluster_frame, encode_cluster_frame};
+
+pub(crate) use events::diff;
+use wire::CLUSTER_CHANNEL;
 
 use crate::actor_ref::ActorRef;
 use crate::extension::Extensions;

@@ -71,15 +71,11 @@ mod options;
 mod routee_set;
 mod router;
 
-pub use depth_agent::{
-    ClusterMailboxDepthAgent, DEPTH_AGENT_PATH, DepthAgentStats, DepthQuery, DepthReply,
-    ServingDepths,
-};
-pub use depth_cache::{DepthCache, Reading};
+pub use depth_agent::{ClusterMailboxDepthAgent, DepthAgentStats, ServingDepths};
 pub use events::{ClusterRouterEvent, DepthSample};
 pub use options::{
     ClusterRouterError, ClusterRouterOptions, DEFAULT_MAILBOX_DEPTH_REFRESH,
     DEFAULT_MAILBOX_DEPTH_STALE_AFTER,
 };
-pub use routee_set::{Estimates, RouteeSetChange, RoutingTable, resume_cursor, routee_nodes};
+pub use routee_set::RoutingTable;
 pub use router::ClusterRouter;

@@ -3,7 +3,7 @@
 //!
 //! Membership answers which hosts are alive; the directory answers which host owns *this*
 //! actor. Backends for etcd and PostgreSQL live in the `troupe-coordination` crate; every
-//! backend passes the shared conformance suite in [`crate::testkit::conformance`].
+//! backend passes the shared conformance suite in `troupe::testkit::conformance` (feature `testkit`).
 //!
 //! # Contract
 //! - `claim(actor, host)`: of any number of concurrent claimants exactly one wins. The answer

@@ -3,7 +3,7 @@
 //! in-memory arbiter for tests and single-node use.
 //!
 //! Backends for etcd and PostgreSQL live in the `troupe-coordination` crate; every backend
-//! passes the shared conformance suite in [`crate::testkit::conformance`].
+//! passes the shared conformance suite in `troupe::testkit::conformance` (feature `testkit`).
 //!
 //! # Contract
 //! - `acquire` resolves to `Some(token)` when this handle holds the lease (also when it already

@@ -65,7 +65,7 @@ pub mod singleton;
 mod supervision;
 mod system;
 mod task;
-#[cfg(feature = "remote")]
+#[cfg(feature = "testkit")]
 pub mod testkit;
 #[cfg(feature = "remote")]
 pub mod transport;

@@ -28,7 +28,7 @@
 
 mod asks;
 mod dispatch;
-pub mod envelope;
+mod envelope;
 mod refs;
 mod registry;
 mod watches;

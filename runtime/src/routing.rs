@@ -3,12 +3,10 @@
 
 mod logic;
 mod pool;
-mod rendezvous;
+pub(crate) mod rendezvous;
 
 pub use logic::{
     HashedRouteeId, NO_READING, RouteeId, RoutingLogic, RoutingStrategy, Selection, UnknownStrategy,
 };
 pub use pool::{PoolRouter, PoolRouterConfig, RouterConfigError};
-pub use rendezvous::{
-    rendezvous_pick, rendezvous_pick_hashed, rendezvous_score, rendezvous_score_hashed, stable_hash,
-};
+pub use rendezvous::stable_hash;

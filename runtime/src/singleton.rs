@@ -56,20 +56,16 @@ pub use crate::lease::{
     FencingToken, InMemoryLease, InMemoryLeaseArbiter, Lease, LeaseError, LeaseFuture, LeaseLost,
     LeaseLostCallback, LeaseOp, LeaseRecord,
 };
-pub use election::{carries_role, elect_host, hand_over_peers, is_trigger, may_become_host};
 pub use event::{DeadLetterCause, SingletonEvent, StopReason};
-pub use hand_over::{HAND_OVER_RESEND, HandOver, HandOverTick};
 pub use hold::{HOLD_CAPACITY, HOLD_MAX_AGE};
 pub use key::SingletonKey;
 pub use manager::{ManagerInternal, ManagerMsg, ManagerStatus};
-pub use manager_state::{
-    Action, Event, ManagerConfig, ManagerState, RESPAWN_BACKOFF, Routing, SPAWN_RETRY,
-};
+pub use manager_state::RESPAWN_BACKOFF;
 pub use options::{
     DEFAULT_ACQUIRE_RETRY_INTERVAL, DEFAULT_BUFFER_SIZE, DEFAULT_HAND_OVER_TIMEOUT,
     MAX_BUFFER_SIZE, OptionsError, StartSingletonOptions,
 };
-pub use proxy::{DRAIN_TIMEOUT, DrainedMessage, ProxyInternal, ProxyMsg, SingletonProxy};
+pub use proxy::SingletonProxy;
 
 use crate::actor::{Actor, ActorError};
 use crate::actor_ref::ActorRef;
@@ -84,7 +80,7 @@ use crate::remoting::RemoteMessage;
 use crate::supervision::SupervisorStrategy;
 use crate::system::{ActorSystem, SpawnError, spawn_child};
 use manager::{ActiveSpec, DirectSlot, InternalMsg, ManagerSlot, SingletonManager};
-use proxy::{FastPath, ProxyActor, ProxyInternalMsg};
+use proxy::{FastPath, ProxyActor, ProxyInternalMsg, ProxyMsg};
 
 /// The full path of the manager of singleton `type_name` in actor system `system`:
 /// `troupe://<system>/system/cluster/singleton/manager-<typeName>`. Proxies on every node address

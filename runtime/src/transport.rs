@@ -1,6 +1,7 @@
 //! The transport layer: bytes between verified peers. The [`Transport`] seam is what remoting
 //! and the cluster need from a network; [`TcpTransport`] implements it over TCP (optionally
-//! TLS), and [`SimTransport`] over the simulated network of the multi-node test harness.
+//! TLS), and `SimTransport` (with the `test-util` feature) over the simulated network of the
+//! multi-node test harness.
 //!
 //! # Who sent this
 //! Every inbound frame carries the [`UniqueAddress`] that the transport verified during the
@@ -10,6 +11,7 @@
 pub mod admission;
 pub mod frame;
 pub mod handshake;
+#[cfg(feature = "test-util")]
 mod sim;
 mod stats;
 mod tcp;
@@ -18,6 +20,7 @@ pub mod version;
 
 pub use admission::{AdmissionSettings, AdmissionSettingsError};
 pub use handshake::ClusterSecret;
+#[cfg(feature = "test-util")]
 pub use sim::{DropReason, LinkConfig, SimNetwork, SimTransport, TraceEvent, TraceOutcome};
 pub use stats::{
     CloseReason, MAX_REFUSED_VERSION_RANGES, RefusedVersions, TransportStats,

@@ -66,6 +66,10 @@ def base_image(podman):
     tag = f"localhost/troupe-base:{tarball.stem.removeprefix('troupe-base-')}"
     if podman("image", "exists", tag, check=False).returncode != 0:
         podman("import", str(tarball), tag, timeout=300)
+    # Bases of earlier inputs (scripts/base-image removed their tarballs) are not needed.
+    listed = podman("images", "--format", "{{.Repository}}:{{.Tag}}", "localhost/troupe-base").stdout
+    for old in set(listed.split()) - {tag}:
+        podman("rmi", "--force", old, check=False)
     return tag
 
 
@@ -89,6 +93,8 @@ def images(podman, base_image, tmp_path_factory):
     finally:
         for tag in built.values():
             podman("rmi", "--force", tag, check=False)
+        # The stages' intermediate images (the storage is this test's own; the base stays).
+        podman("image", "prune", "--force", check=False)
 
 
 def image_config(podman, tag):

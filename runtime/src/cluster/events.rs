@@ -115,7 +115,7 @@ fn status_event(member: &Member) -> Option<ClusterEvent> {
 /// (address order), removals, reachability changes, leader change, self-up. An up member that
 /// becomes reachable again re-enters the up set, so `MemberUp` follows its `MemberReachable`.
 #[must_use]
-pub fn diff(old: &ClusterView, new: &ClusterView) -> Vec<ClusterEvent> {
+pub(crate) fn diff(old: &ClusterView, new: &ClusterView) -> Vec<ClusterEvent> {
     let mut events = Vec::new();
     for member in &new.members {
         let changed = old

@@ -39,7 +39,7 @@ impl Default for FailureDetectorSettings {
 
 /// The failure detector for one monitored peer.
 #[derive(Debug, Clone)]
-pub struct PhiAccrual {
+pub(super) struct PhiAccrual {
     settings: FailureDetectorSettings,
     intervals: VecDeque<f64>,
     sum: f64,
@@ -51,7 +51,7 @@ impl PhiAccrual {
     /// Start monitoring at `now`, as if a heartbeat had just arrived, so a peer that never
     /// answers is still detected.
     #[must_use]
-    pub fn new(settings: FailureDetectorSettings, now: Instant) -> Self {
+    pub(super) fn new(settings: FailureDetectorSettings, now: Instant) -> Self {
         let mut detector = Self {
             settings,
             intervals: VecDeque::new(),
@@ -80,7 +80,7 @@ impl PhiAccrual {
     }
 
     /// A heartbeat arrived at `now`.
-    pub fn heartbeat(&mut self, now: Instant) {
+    pub(super) fn heartbeat(&mut self, now: Instant) {
         let interval = now.saturating_duration_since(self.last).as_secs_f64() * 1_000.0;
         self.last = now;
         self.record(interval);
@@ -88,7 +88,7 @@ impl PhiAccrual {
 
     /// The current suspicion level.
     #[must_use]
-    pub fn phi(&self, now: Instant) -> f64 {
+    pub(super) fn phi(&self, now: Instant) -> f64 {
         let n = self.intervals.len() as f64;
         let mean = self.sum / n;
         let variance = (self.sum_squares / n - mean * mean).max(0.0);
@@ -108,7 +108,7 @@ impl PhiAccrual {
 
     /// Whether the peer counts as reachable at `now`.
     #[must_use]
-    pub fn is_available(&self, now: Instant) -> bool {
+    pub(super) fn is_available(&self, now: Instant) -> bool {
         self.phi(now) < self.settings.threshold
     }
 }

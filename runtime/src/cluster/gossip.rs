@@ -24,7 +24,7 @@ use crate::{Address, UniqueAddress};
 
 /// The membership state one node holds and gossips.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Gossip {
+pub(super) struct Gossip {
     pub(crate) members: BTreeMap<UniqueAddress, Member>,
     pub(crate) seen: BTreeSet<UniqueAddress>,
     pub(crate) reachability: Reachability,
@@ -35,7 +35,7 @@ pub struct Gossip {
 
 /// What receiving a gossip did to ours.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Received {
+pub(super) enum Received {
     /// Theirs was older: ours is unchanged (and worth sending back).
     Older,
     /// Same version: only the seen sets were combined.
@@ -49,7 +49,7 @@ pub enum Received {
 impl Gossip {
     /// A gossip holding only `node` as joining, for a node that starts a new cluster.
     #[must_use]
-    pub fn founding(node: &UniqueAddress, roles: BTreeSet<String>) -> Self {
+    pub(super) fn founding(node: &UniqueAddress, roles: BTreeSet<String>) -> Self {
         let mut gossip = Self::default();
         gossip.members.insert(
             node.clone(),
@@ -64,7 +64,7 @@ impl Gossip {
     }
 
     /// Record a local change: a new version, seen only by `node`.
-    pub fn bump(&mut self, node: &UniqueAddress) {
+    pub(super) fn bump(&mut self, node: &UniqueAddress) {
         self.version.increment(node);
         self.seen.clear();
         self.seen.insert(node.clone());
@@ -72,30 +72,30 @@ impl Gossip {
 
     /// The member entry of `node`, if it is a member.
     #[must_use]
-    pub fn member(&self, node: &UniqueAddress) -> Option<&Member> {
+    pub(super) fn member(&self, node: &UniqueAddress) -> Option<&Member> {
         self.members.get(node)
     }
 
     /// The member at `address` (any incarnation).
     #[must_use]
-    pub fn member_at(&self, address: &Address) -> Option<&Member> {
+    pub(super) fn member_at(&self, address: &Address) -> Option<&Member> {
         self.members.values().find(|m| &m.node.address == address)
     }
 
     /// All members, address-ordered.
-    pub fn members(&self) -> impl Iterator<Item = &Member> {
+    pub(super) fn members(&self) -> impl Iterator<Item = &Member> {
         self.members.values()
     }
 
     /// Whether `node` was removed from this cluster.
     #[must_use]
-    pub fn is_tombstoned(&self, node: &UniqueAddress) -> bool {
+    pub(super) fn is_tombstoned(&self, node: &UniqueAddress) -> bool {
         self.tombstones.contains(node)
     }
 
     /// The reachability table.
     #[must_use]
-    pub fn reachability(&self) -> &Reachability {
+    pub(super) fn reachability(&self) -> &Reachability {
         &self.reachability
     }
 
@@ -105,14 +105,14 @@ impl Gossip {
 
     /// Whether `node` has seen the current version.
     #[must_use]
-    pub fn has_seen(&self, node: &UniqueAddress) -> bool {
+    pub(super) fn has_seen(&self, node: &UniqueAddress) -> bool {
         self.seen.contains(node)
     }
 
     /// Whether some observer that still counts (a member that is not down or exiting) calls
     /// `node` unreachable.
     #[must_use]
-    pub fn is_unreachable(&self, node: &UniqueAddress) -> bool {
+    pub(super) fn is_unreachable(&self, node: &UniqueAddress) -> bool {
         self.reachability.observers_of(node).iter().any(|observer| {
             self.members
                 .get(observer)
@@ -122,7 +122,7 @@ impl Gossip {
 
     /// Every member that [`Gossip::is_unreachable`].
     #[must_use]
-    pub fn unreachable_members(&self) -> BTreeSet<UniqueAddress> {
+    pub(super) fn unreachable_members(&self) -> BTreeSet<UniqueAddress> {
         self.members
             .keys()
             .filter(|node| self.is_unreachable(node))
@@ -132,13 +132,13 @@ impl Gossip {
 
     /// Whether, seen from `me`, `node` is reachable (a node always reaches itself).
     #[must_use]
-    pub fn is_reachable_from(&self, me: &UniqueAddress, node: &UniqueAddress) -> bool {
+    pub(super) fn is_reachable_from(&self, me: &UniqueAddress, node: &UniqueAddress) -> bool {
         node == me || !self.is_unreachable(node)
     }
 
     /// Up members that `me` considers reachable, address-ordered.
     #[must_use]
-    pub fn up_members(&self, me: &UniqueAddress) -> Vec<&Member> {
+    pub(super) fn up_members(&self, me: &UniqueAddress) -> Vec<&Member> {
         self.members
             .values()
             .filter(|m| m.status == MemberStatus::Up && self.is_reachable_from(me, &m.node))
@@ -147,14 +147,14 @@ impl Gossip {
 
     /// The leader in `me`'s view: the first address-sorted up member.
     #[must_use]
-    pub fn leader(&self, me: &UniqueAddress) -> Option<&UniqueAddress> {
+    pub(super) fn leader(&self, me: &UniqueAddress) -> Option<&UniqueAddress> {
         self.up_members(me).first().map(|m| &m.node)
     }
 
     /// Who performs leader actions in `me`'s view: the leader, or while no member is up, the
     /// first reachable member that is not down.
     #[must_use]
-    pub fn acting_leader(&self, me: &UniqueAddress) -> Option<&UniqueAddress> {
+    pub(super) fn acting_leader(&self, me: &UniqueAddress) -> Option<&UniqueAddress> {
         self.leader(me).or_else(|| {
             self.members
                 .values()
@@ -176,7 +176,7 @@ impl Gossip {
     /// Whether every member that counts has seen this version and nothing blocks it: no member
     /// is unreachable unless it is down or exiting.
     #[must_use]
-    pub fn is_converged(&self) -> bool {
+    pub(super) fn is_converged(&self) -> bool {
         let unreachable_blocks = self.members.values().any(|m| {
             self.is_unreachable(&m.node)
                 && !matches!(m.status, MemberStatus::Down | MemberStatus::Exiting)
@@ -187,14 +187,14 @@ impl Gossip {
     /// Whether every reachable up or leaving member has seen this version (convergence is then
     /// blocked, if at all, only by unreachable members).
     #[must_use]
-    pub fn all_reachable_have_seen(&self) -> bool {
+    pub(super) fn all_reachable_have_seen(&self) -> bool {
         self.members
             .values()
             .all(|m| !self.must_have_seen(m) || self.seen.contains(&m.node))
     }
 
     /// Combine with a gossip from a peer, as `me`.
-    pub fn receive(&mut self, me: &UniqueAddress, theirs: Gossip) -> Received {
+    pub(super) fn receive(&mut self, me: &UniqueAddress, theirs: Gossip) -> Received {
         match theirs.version.compare(&self.version) {
             Causality::Same => {
                 self.seen.extend(theirs.seen);
@@ -218,7 +218,7 @@ impl Gossip {
 
     /// Merge two concurrent gossips: members further along win, removals stick.
     #[must_use]
-    pub fn merge(&self, other: &Gossip) -> Gossip {
+    pub(super) fn merge(&self, other: &Gossip) -> Gossip {
         let tombstones: BTreeSet<UniqueAddress> =
             self.tombstones.union(&other.tombstones).cloned().collect();
         let mut members = self.members.clone();
@@ -257,7 +257,7 @@ impl Gossip {
 
     /// Set `node`'s status, if it is a member and the change moves it forward. Returns whether
     /// anything changed (the caller bumps the version).
-    pub fn set_status(&mut self, node: &UniqueAddress, status: MemberStatus) -> bool {
+    pub(super) fn set_status(&mut self, node: &UniqueAddress, status: MemberStatus) -> bool {
         match self.members.get_mut(node) {
             Some(member) if member.status.precedence() < status.precedence() => {
                 member.status = status;
@@ -269,7 +269,7 @@ impl Gossip {
 
     /// Admit `node` as joining; an older incarnation at the same address is downed (its process
     /// is gone: only one process can listen there). Returns whether anything changed.
-    pub fn admit(&mut self, node: &UniqueAddress, roles: BTreeSet<String>) -> bool {
+    pub(super) fn admit(&mut self, node: &UniqueAddress, roles: BTreeSet<String>) -> bool {
         if self.members.contains_key(node) || self.tombstones.contains(node) {
             return false;
         }
@@ -302,7 +302,7 @@ impl Gossip {
 
     /// The leader's moves on a converged gossip: exiting and down members are removed, leaving
     /// members exit, joining and weakly-up members come up. Returns whether anything changed.
-    pub fn leader_actions(&mut self) -> bool {
+    pub(super) fn leader_actions(&mut self) -> bool {
         if !self.is_converged() {
             return false;
         }
@@ -330,7 +330,7 @@ impl Gossip {
 
     /// While only unreachable members block convergence, joining members become weakly up.
     /// Returns whether anything changed.
-    pub fn weakly_up_actions(&mut self) -> bool {
+    pub(super) fn weakly_up_actions(&mut self) -> bool {
         if self.is_converged() || !self.all_reachable_have_seen() {
             return false;
         }

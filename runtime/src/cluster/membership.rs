@@ -26,6 +26,9 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
+#[cfg(test)]
+mod simulation;
+
 use super::events::ClusterView;
 use super::failure_detector::{FailureDetectorSettings, PhiAccrual};
 use super::gossip::Gossip;
@@ -154,7 +157,7 @@ impl MembershipSettings {
 /// The membership protocol's messages between nodes. The sender is never part of a message:
 /// it is the identity the transport verified.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ClusterMsg {
+pub(super) enum ClusterMsg {
     /// Is there a cluster I can join through you?
     InitJoin,
     /// Yes: send `Join` to me.
@@ -188,7 +191,7 @@ pub enum ClusterMsg {
 
 /// An input to the state machine.
 #[derive(Debug, Clone)]
-pub enum Input {
+pub(super) enum Input {
     /// Gossip, run leader actions, retry joining, check for exits.
     GossipTick,
     /// Heartbeat every member and evaluate the failure detectors.
@@ -213,7 +216,7 @@ pub enum Input {
 
 /// What the shell should do.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
+pub(super) enum Action {
     /// Send a message to a peer.
     Send {
         /// The peer.
@@ -235,7 +238,7 @@ enum Phase {
 
 /// One node's membership state.
 #[derive(Debug)]
-pub struct Membership {
+pub(super) struct Membership {
     settings: MembershipSettings,
     me: UniqueAddress,
     gossip: Gossip,
@@ -257,7 +260,7 @@ pub struct Membership {
 impl Membership {
     /// A node that has not joined yet.
     #[must_use]
-    pub fn new(me: UniqueAddress, mut settings: MembershipSettings, now: Instant) -> Self {
+    pub(super) fn new(me: UniqueAddress, mut settings: MembershipSettings, now: Instant) -> Self {
         settings.failure_detector.heartbeat_interval = settings.heartbeat_interval;
         Self {
             settings,
@@ -276,34 +279,25 @@ impl Membership {
         }
     }
 
-    /// This node's identity.
-    #[must_use]
-    pub fn me(&self) -> &UniqueAddress {
-        &self.me
-    }
 
     /// The settings in force.
     #[must_use]
-    pub fn settings(&self) -> &MembershipSettings {
+    pub(super) fn settings(&self) -> &MembershipSettings {
         &self.settings
     }
 
     /// The current gossip.
+    #[cfg(test)]
     #[must_use]
-    pub fn gossip(&self) -> &Gossip {
+    pub(super) fn gossip(&self) -> &Gossip {
         &self.gossip
     }
 
-    /// Whether this node has left the cluster for good.
-    #[must_use]
-    pub fn is_terminated(&self) -> bool {
-        self.phase == Phase::Terminated
-    }
 
     /// How this node left, once it has: gracefully when it was leaving or exiting (or asked to
     /// leave), fenced when the others downed or removed it while it was up.
     #[must_use]
-    pub fn departure(&self) -> Option<Departure> {
+    pub(super) fn departure(&self) -> Option<Departure> {
         (self.phase == Phase::Terminated).then(|| {
             match (
                 Departure::after(self.own_status, self.asked_to_leave),
@@ -318,8 +312,9 @@ impl Membership {
     }
 
     /// Whether this node is (still) a member.
+    #[cfg(test)]
     #[must_use]
-    pub fn is_member(&self) -> bool {
+    pub(super) fn is_member(&self) -> bool {
         self.phase == Phase::Member
     }
 
@@ -329,7 +324,7 @@ impl Membership {
     /// Once this node has left (removed or downed) its view keeps the other members as it last
     /// saw them and drops only itself: what it reports last is its own removal, not the
     /// removal of everyone it can no longer see.
-    pub fn view(&self) -> ClusterView {
+    pub(super) fn view(&self) -> ClusterView {
         if !matches!(self.phase, Phase::Member | Phase::Terminated) {
             return ClusterView {
                 self_node: Some(self.me.clone()),
@@ -358,7 +353,7 @@ impl Membership {
     }
 
     /// Advance the state machine by one input at `now`.
-    pub fn handle(&mut self, input: Input, now: Instant, rng: &mut impl Rng) -> Vec<Action> {
+    pub(super) fn handle(&mut self, input: Input, now: Instant, rng: &mut impl Rng) -> Vec<Action> {
         let mut actions = Vec::new();
         if self.phase == Phase::Terminated {
             return actions;

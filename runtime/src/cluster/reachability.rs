@@ -20,13 +20,17 @@ struct ObserverTable {
 
 /// Who cannot reach whom.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Reachability {
+pub(super) struct Reachability {
     tables: BTreeMap<UniqueAddress, ObserverTable>,
 }
 
 impl Reachability {
     /// `observer` can no longer reach `subject`. Returns whether anything changed.
-    pub fn unreachable(&mut self, observer: &UniqueAddress, subject: &UniqueAddress) -> bool {
+    pub(super) fn unreachable(
+        &mut self,
+        observer: &UniqueAddress,
+        subject: &UniqueAddress,
+    ) -> bool {
         let table = self.tables.entry(observer.clone()).or_default();
         if table.unreachable.insert(subject.clone()) {
             table.version += 1;
@@ -37,7 +41,7 @@ impl Reachability {
     }
 
     /// `observer` reaches `subject` again. Returns whether anything changed.
-    pub fn reachable(&mut self, observer: &UniqueAddress, subject: &UniqueAddress) -> bool {
+    pub(super) fn reachable(&mut self, observer: &UniqueAddress, subject: &UniqueAddress) -> bool {
         let Some(table) = self.tables.get_mut(observer) else {
             return false;
         };
@@ -50,7 +54,7 @@ impl Reachability {
 
     /// Keep each observer's newer table.
     #[must_use]
-    pub fn merge(&self, other: &Self) -> Self {
+    pub(super) fn merge(&self, other: &Self) -> Self {
         let mut tables = self.tables.clone();
         for (observer, theirs) in &other.tables {
             match tables.get(observer) {
@@ -64,7 +68,7 @@ impl Reachability {
     }
 
     /// Forget a removed member, as observer and as subject.
-    pub fn remove(&mut self, node: &UniqueAddress) {
+    pub(super) fn remove(&mut self, node: &UniqueAddress) {
         self.tables.remove(node);
         for table in self.tables.values_mut() {
             if table.unreachable.remove(node) {
@@ -73,34 +77,21 @@ impl Reachability {
         }
     }
 
-    /// Whether any observer calls `subject` unreachable.
-    #[must_use]
-    pub fn is_unreachable(&self, subject: &UniqueAddress) -> bool {
-        self.tables
-            .values()
-            .any(|t| t.unreachable.contains(subject))
-    }
-
     /// Whether `observer` itself calls `subject` unreachable.
     #[must_use]
-    pub fn is_unreachable_by(&self, observer: &UniqueAddress, subject: &UniqueAddress) -> bool {
+    pub(super) fn is_unreachable_by(
+        &self,
+        observer: &UniqueAddress,
+        subject: &UniqueAddress,
+    ) -> bool {
         self.tables
             .get(observer)
             .is_some_and(|t| t.unreachable.contains(subject))
     }
 
-    /// Every member some observer calls unreachable.
-    #[must_use]
-    pub fn all_unreachable(&self) -> BTreeSet<UniqueAddress> {
-        self.tables
-            .values()
-            .flat_map(|t| t.unreachable.iter().cloned())
-            .collect()
-    }
-
     /// The observers that call `subject` unreachable.
     #[must_use]
-    pub fn observers_of(&self, subject: &UniqueAddress) -> Vec<UniqueAddress> {
+    pub(super) fn observers_of(&self, subject: &UniqueAddress) -> Vec<UniqueAddress> {
         self.tables
             .iter()
             .filter(|(_, t)| t.unreachable.contains(subject))

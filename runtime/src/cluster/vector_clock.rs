@@ -9,13 +9,13 @@ use crate::UniqueAddress;
 
 /// A version: one counter per node that changed the gossip.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct VectorClock {
+pub(super) struct VectorClock {
     counters: BTreeMap<UniqueAddress, u64>,
 }
 
 /// How two versions relate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Causality {
+pub(super) enum Causality {
     /// The same version.
     Same,
     /// This one happened before the other.
@@ -28,13 +28,13 @@ pub enum Causality {
 
 impl VectorClock {
     /// Count one more change by `node`.
-    pub fn increment(&mut self, node: &UniqueAddress) {
+    pub(super) fn increment(&mut self, node: &UniqueAddress) {
         *self.counters.entry(node.clone()).or_default() += 1;
     }
 
     /// The pointwise maximum of two clocks.
     #[must_use]
-    pub fn merge(&self, other: &Self) -> Self {
+    pub(super) fn merge(&self, other: &Self) -> Self {
         let mut counters = self.counters.clone();
         for (node, &count) in &other.counters {
             let entry = counters.entry(node.clone()).or_default();
@@ -43,14 +43,9 @@ impl VectorClock {
         Self { counters }
     }
 
-    /// Forget a removed node's counter (it can never change the gossip again).
-    pub fn prune(&mut self, node: &UniqueAddress) {
-        self.counters.remove(node);
-    }
-
     /// How `self` relates to `other`.
     #[must_use]
-    pub fn compare(&self, other: &Self) -> Causality {
+    pub(super) fn compare(&self, other: &Self) -> Causality {
         let mut less = false;
         let mut greater = false;
         let nodes = self.counters.keys().chain(other.counters.keys());

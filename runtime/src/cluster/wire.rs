@@ -6,11 +6,11 @@ use bytes::Bytes;
 use super::membership::ClusterMsg;
 
 /// The channel tag of membership protocol frames.
-pub const CLUSTER_CHANNEL: u8 = 0x01;
+pub(super) const CLUSTER_CHANNEL: u8 = 0x01;
 
 /// A frame that is not a valid cluster message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum WireError {
+pub(super) enum WireError {
     /// The frame is for another channel (or empty).
     #[error("frame is not a cluster protocol frame (channel tag {0:?})")]
     OtherChannel(Option<u8>),
@@ -21,7 +21,7 @@ pub enum WireError {
 
 /// Encode a cluster message as a frame payload.
 #[must_use]
-pub fn encode_cluster_frame(message: &ClusterMsg) -> Bytes {
+pub(super) fn encode_cluster_frame(message: &ClusterMsg) -> Bytes {
     let mut out = vec![CLUSTER_CHANNEL];
     // Serializing plain data into a Vec cannot fail.
     let body = postcard::to_allocvec(message).expect("cluster messages always serialize");
@@ -30,7 +30,7 @@ pub fn encode_cluster_frame(message: &ClusterMsg) -> Bytes {
 }
 
 /// Decode a frame payload as a cluster message.
-pub fn decode_cluster_frame(payload: &[u8]) -> Result<ClusterMsg, WireError> {
+pub(super) fn decode_cluster_frame(payload: &[u8]) -> Result<ClusterMsg, WireError> {
     match payload.split_first() {
         Some((&CLUSTER_CHANNEL, body)) => {
             postcard::from_bytes(body).map_err(|e| WireError::Malformed(e.to_string()))

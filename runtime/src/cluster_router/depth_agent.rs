@@ -32,7 +32,7 @@ use crate::remoting::RemoteMessage;
 use crate::system::{SpawnError, SystemShared};
 
 /// Where the depth agent lives on every node.
-pub const DEPTH_AGENT_PATH: &str = "/system/cluster-mailbox-depth-agent";
+pub(super) const DEPTH_AGENT_PATH: &str = "/system/cluster-mailbox-depth-agent";
 const DEPTH_AGENT_NAME: &str = "cluster-mailbox-depth-agent";
 
 /// Resolved routees kept per agent; past this the cache starts over (queries come from other

@@ -46,7 +46,7 @@ struct NodeState {
 
 /// Cached routee depths per node, with a stale window.
 #[derive(Debug, Clone)]
-pub struct DepthCache {
+pub(super) struct DepthCache {
     stale_after: Option<Duration>,
     nodes: BTreeMap<Address, NodeState>,
 }
@@ -54,7 +54,7 @@ pub struct DepthCache {
 impl DepthCache {
     /// A cache whose readings count for `stale_after` (`Duration::ZERO`: forever).
     #[must_use]
-    pub fn new(stale_after: Duration) -> Self {
+    pub(super) fn new(stale_after: Duration) -> Self {
         Self {
             stale_after: (!stale_after.is_zero()).then_some(stale_after),
             nodes: BTreeMap::new(),
@@ -62,7 +62,7 @@ impl DepthCache {
     }
 
     /// Track exactly `nodes`: new ones start without a reading, others are forgotten.
-    pub fn set_nodes(&mut self, nodes: &[Address]) {
+    pub(super) fn set_nodes(&mut self, nodes: &[Address]) {
         self.nodes.retain(|node, _| nodes.contains(node));
         for node in nodes {
             self.nodes.entry(node.clone()).or_default();
@@ -71,7 +71,7 @@ impl DepthCache {
 
     /// `node` answered at `at`: its routee's depth, or `None` when it has no actor at the
     /// routee path. Returns false (and records nothing) for a node not tracked.
-    pub fn record(&mut self, node: &Address, depth: Option<usize>, at: Instant) -> bool {
+    pub(super) fn record(&mut self, node: &Address, depth: Option<usize>, at: Instant) -> bool {
         let Some(state) = self.nodes.get_mut(node) else {
             return false;
         };
@@ -84,29 +84,31 @@ impl DepthCache {
 
     /// The usable reading of `node` at `now`.
     #[must_use]
-    pub fn reading(&self, node: &Address, now: Instant) -> Option<Reading> {
+    pub(super) fn reading(&self, node: &Address, now: Instant) -> Option<Reading> {
         let reading = self.nodes.get(node)?.reading?;
         self.is_fresh(&reading, now).then_some(reading)
     }
 
     /// The usable reading of each of `nodes` at `now`, in their order (`None`: skip it).
     #[must_use]
-    pub fn readings(&self, nodes: &[Address], now: Instant) -> Vec<Option<Reading>> {
+    pub(super) fn readings(&self, nodes: &[Address], now: Instant) -> Vec<Option<Reading>> {
         nodes.iter().map(|node| self.reading(node, now)).collect()
     }
 
+    #[cfg(test)]
     /// The usable depth of each of `nodes` at `now`, in their order (`None`: skip it).
     #[must_use]
-    pub fn depths(&self, nodes: &[Address], now: Instant) -> Vec<Option<usize>> {
+    pub(super) fn depths(&self, nodes: &[Address], now: Instant) -> Vec<Option<usize>> {
         nodes
             .iter()
             .map(|node| self.reading(node, now).map(|r| r.depth))
             .collect()
     }
 
+    #[cfg(test)]
     /// Whether no node has a usable reading at `now` (the router then uses round-robin order).
     #[must_use]
-    pub fn is_cold(&self, now: Instant) -> bool {
+    pub(super) fn is_cold(&self, now: Instant) -> bool {
         self.nodes
             .keys()
             .all(|node| self.reading(node, now).is_none())
@@ -114,7 +116,7 @@ impl DepthCache {
 
     /// When the next usable reading expires, if one ever does.
     #[must_use]
-    pub fn next_expiry(&self, now: Instant) -> Option<Instant> {
+    pub(super) fn next_expiry(&self, now: Instant) -> Option<Instant> {
         let stale_after = self.stale_after?;
         self.nodes
             .values()
@@ -126,7 +128,7 @@ impl DepthCache {
 
     /// The nodes to ask on refresh tick number `tick` (ticks count up from 1); marks each as
     /// awaiting an answer.
-    pub fn due(&mut self, tick: u64) -> Vec<Address> {
+    pub(super) fn due(&mut self, tick: u64) -> Vec<Address> {
         let mut due = Vec::new();
         for (node, state) in &mut self.nodes {
             if tick < state.next_tick {

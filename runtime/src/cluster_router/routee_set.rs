@@ -20,7 +20,7 @@ use crate::routing::{HashedRouteeId, NO_READING, RoutingLogic, RoutingStrategy, 
 /// The nodes that host routees in `view`: up and reachable members carrying `role` (any member
 /// without a role filter), ordered by address, each address once.
 #[must_use]
-pub fn routee_nodes(view: &ClusterView, role: Option<&str>) -> Vec<Address> {
+pub(super) fn routee_nodes(view: &ClusterView, role: Option<&str>) -> Vec<Address> {
     let mut nodes: Vec<Address> = view
         .up_members()
         .into_iter()
@@ -35,7 +35,7 @@ pub fn routee_nodes(view: &ClusterView, role: Option<&str>) -> Vec<Address> {
 
 /// What changed between two address-ordered routee sets.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RouteeSetChange {
+pub(super) struct RouteeSetChange {
     /// Nodes in the new set only.
     pub added: Vec<Address>,
     /// Nodes in the old set only.
@@ -45,7 +45,7 @@ pub struct RouteeSetChange {
 impl RouteeSetChange {
     /// The difference from `old` to `new` (both address-ordered).
     #[must_use]
-    pub fn between(old: &[Address], new: &[Address]) -> Self {
+    pub(super) fn between(old: &[Address], new: &[Address]) -> Self {
         Self {
             added: new
                 .iter()
@@ -60,9 +60,10 @@ impl RouteeSetChange {
         }
     }
 
+    #[cfg(test)]
     /// Whether nothing changed.
     #[must_use]
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.added.is_empty() && self.removed.is_empty()
     }
 }
@@ -70,7 +71,7 @@ impl RouteeSetChange {
 /// The round-robin cursor for `new` after a rebuild: the position of the first node that sorts
 /// after `last_chosen` (wrapping to the first), so the rotation continues where it was.
 #[must_use]
-pub fn resume_cursor(new: &[Address], last_chosen: Option<&Address>) -> usize {
+pub(super) fn resume_cursor(new: &[Address], last_chosen: Option<&Address>) -> usize {
     match last_chosen {
         None => 0,
         Some(last) => {
@@ -280,7 +281,8 @@ mod tests {
     use super::*;
     use crate::UniqueAddress;
     use crate::cluster::{Member, MemberStatus};
-    use crate::routing::{RouteeId, rendezvous_pick};
+    use crate::routing::RouteeId;
+    use crate::routing::rendezvous::rendezvous_pick;
 
     fn address(i: u8) -> Address {
         Address::new("app", &format!("10.0.0.{i}"), 2552)

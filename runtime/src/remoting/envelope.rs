@@ -32,7 +32,7 @@ pub struct WireEnvelope {
 /// A borrowed [`WireEnvelope`] for sending: the same bytes on the wire, without copying the
 /// path, manifest and body into owned buffers first.
 #[derive(Debug, Clone, Copy, Serialize)]
-pub struct WireEnvelopeRef<'a> {
+pub(super) struct WireEnvelopeRef<'a> {
     /// The recipient's actor path.
     pub recipient: &'a str,
     /// The sending actor's path, if any.
@@ -45,7 +45,7 @@ pub struct WireEnvelopeRef<'a> {
 
 /// Bytes serialized as a byte string (like `Bytes`), not as a sequence of numbers.
 #[derive(Debug, Clone, Copy)]
-pub struct RawBytes<'a>(pub &'a [u8]);
+pub(super) struct RawBytes<'a>(pub &'a [u8]);
 
 impl Serialize for RawBytes<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -58,7 +58,7 @@ impl WireEnvelopeRef<'_> {
     ///
     /// # Errors
     /// [`EnvelopeError::Encode`] if serialization fails.
-    pub fn encode_after(&self, prefix: Vec<u8>) -> Result<Vec<u8>, EnvelopeError> {
+    pub(super) fn encode_after(&self, prefix: Vec<u8>) -> Result<Vec<u8>, EnvelopeError> {
         postcard::to_extend(self, prefix).map_err(EnvelopeError::Encode)
     }
 }

@@ -25,22 +25,18 @@ fn mix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
-/// The weight of `routee` for a key whose [`stable_hash`] is `key_hash`.
+/// The weight of a routee whose [`stable_hash`] is `routee_hash` for a key whose hash is
+/// `key_hash`.
 #[must_use]
-pub fn rendezvous_score(key_hash: u64, routee: &[u8]) -> u64 {
-    rendezvous_score_hashed(key_hash, stable_hash(routee))
-}
-
-/// [`rendezvous_score`] for a routee whose [`stable_hash`] was computed once, ahead of time.
-#[must_use]
-pub fn rendezvous_score_hashed(key_hash: u64, routee_hash: u64) -> u64 {
+pub(crate) fn rendezvous_score_hashed(key_hash: u64, routee_hash: u64) -> u64 {
     mix(key_hash ^ routee_hash.rotate_left(29))
 }
 
 /// The index of the routee that wins `key`, or `None` when there are no routees. Ties (which
 /// need a 64-bit collision) go to the routee whose id sorts first.
+#[cfg(test)]
 #[must_use]
-pub fn rendezvous_pick<'a, I>(key: &[u8], routees: I) -> Option<usize>
+pub(crate) fn rendezvous_pick<'a, I>(key: &[u8], routees: I) -> Option<usize>
 where
     I: IntoIterator<Item = &'a [u8]>,
 {
@@ -55,7 +51,7 @@ where
 /// [`rendezvous_pick`] over `(stable_hash(id), id)` pairs, for callers that keep each routee's
 /// hash instead of hashing its id for every key.
 #[must_use]
-pub fn rendezvous_pick_hashed<'a, I>(key: &[u8], routees: I) -> Option<usize>
+pub(crate) fn rendezvous_pick_hashed<'a, I>(key: &[u8], routees: I) -> Option<usize>
 where
     I: IntoIterator<Item = (u64, &'a [u8])>,
 {

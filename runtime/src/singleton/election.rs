@@ -17,14 +17,14 @@ use crate::cluster::{ClusterEvent, Member, MemberStatus};
 
 /// Whether `member` may host a singleton restricted to `role` (any member when `None`).
 #[must_use]
-pub fn carries_role(member: &Member, role: Option<&str>) -> bool {
+pub(super) fn carries_role(member: &Member, role: Option<&str>) -> bool {
     role.is_none_or(|role| member.has_role(role))
 }
 
 /// The host of a singleton in a view: the first address-sorted member with status up that
 /// carries `role`. Input order does not matter.
 #[must_use]
-pub fn elect_host<'a>(members: &'a [Member], role: Option<&str>) -> Option<&'a Member> {
+pub(super) fn elect_host<'a>(members: &'a [Member], role: Option<&str>) -> Option<&'a Member> {
     members
         .iter()
         .filter(|m| m.status == MemberStatus::Up && carries_role(m, role))
@@ -39,7 +39,11 @@ pub fn elect_host<'a>(members: &'a [Member], role: Option<&str>) -> Option<&'a M
 /// running `post_stop`, and it answers. A member drops out of this set when it is removed or
 /// downed; a new host stops waiting for it then.
 #[must_use]
-pub fn hand_over_peers(members: &[Member], role: Option<&str>, me: &Address) -> BTreeSet<Address> {
+pub(super) fn hand_over_peers(
+    members: &[Member],
+    role: Option<&str>,
+    me: &Address,
+) -> BTreeSet<Address> {
     members
         .iter()
         .filter(|m| {
@@ -57,7 +61,7 @@ pub fn hand_over_peers(members: &[Member], role: Option<&str>, me: &Address) -> 
 /// member carrying the role. A node that believes it hosts yields only to such a peer sorting
 /// before it — one whose up status has not reached this node's view yet.
 #[must_use]
-pub fn may_become_host(member: &Member, role: Option<&str>) -> bool {
+pub(super) fn may_become_host(member: &Member, role: Option<&str>) -> bool {
     matches!(
         member.status,
         MemberStatus::Joining | MemberStatus::WeaklyUp
@@ -68,7 +72,7 @@ pub fn may_become_host(member: &Member, role: Option<&str>) -> bool {
 /// on. Joining and weakly-up members cannot host, and reachability is one node's opinion (see
 /// the module header), so those events are deliberately not triggers.
 #[must_use]
-pub fn is_trigger(event: &ClusterEvent) -> bool {
+pub(super) fn is_trigger(event: &ClusterEvent) -> bool {
     matches!(
         event,
         ClusterEvent::LeaderChanged(_)

@@ -16,11 +16,11 @@ use tokio::time::Instant;
 use crate::Address;
 
 /// How often an open hand-over request is sent again to the peers that have not answered.
-pub const HAND_OVER_RESEND: Duration = Duration::from_millis(500);
+pub(super) const HAND_OVER_RESEND: Duration = Duration::from_millis(500);
 
 /// An open hand-over round.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HandOver {
+pub(super) struct HandOver {
     /// Identifies this round; acknowledgments of other rounds are ignored.
     pub nonce: u64,
     /// Peers that have not acknowledged yet.
@@ -37,7 +37,7 @@ pub struct HandOver {
 
 /// What a timer tick means for an open round.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HandOverTick {
+pub(super) enum HandOverTick {
     /// Nothing is due.
     Wait,
     /// Ask these peers again.
@@ -49,7 +49,12 @@ pub enum HandOverTick {
 impl HandOver {
     /// Open a round asking `peers`.
     #[must_use]
-    pub fn start(nonce: u64, peers: BTreeSet<Address>, now: Instant, timeout: Duration) -> Self {
+    pub(super) fn start(
+        nonce: u64,
+        peers: BTreeSet<Address>,
+        now: Instant,
+        timeout: Duration,
+    ) -> Self {
         Self {
             nonce,
             asked: peers.clone(),
@@ -62,18 +67,18 @@ impl HandOver {
 
     /// Every asked peer has acknowledged or dropped out.
     #[must_use]
-    pub fn is_complete(&self) -> bool {
+    pub(super) fn is_complete(&self) -> bool {
         self.pending.is_empty()
     }
 
     /// Record an acknowledgment; false when it belongs to another round or peer.
-    pub fn acknowledge(&mut self, from: &Address, nonce: u64) -> bool {
+    pub(super) fn acknowledge(&mut self, from: &Address, nonce: u64) -> bool {
         nonce == self.nonce && self.pending.remove(from)
     }
 
     /// The peers to ask changed: stop waiting for the ones that left, and return the new ones,
     /// which are asked at once.
-    pub fn update_peers(&mut self, peers: &BTreeSet<Address>) -> Vec<Address> {
+    pub(super) fn update_peers(&mut self, peers: &BTreeSet<Address>) -> Vec<Address> {
         self.pending.retain(|peer| peers.contains(peer));
         let new: Vec<Address> = peers.difference(&self.asked).cloned().collect();
         for peer in &new {
@@ -84,7 +89,7 @@ impl HandOver {
     }
 
     /// Advance to `now`.
-    pub fn tick(&mut self, now: Instant) -> HandOverTick {
+    pub(super) fn tick(&mut self, now: Instant) -> HandOverTick {
         if self.pending.is_empty() {
             return HandOverTick::Wait;
         }
@@ -100,7 +105,7 @@ impl HandOver {
 
     /// The next instant at which [`HandOver::tick`] has something to do.
     #[must_use]
-    pub fn next_deadline(&self) -> Option<Instant> {
+    pub(super) fn next_deadline(&self) -> Option<Instant> {
         (!self.pending.is_empty()).then(|| self.next_resend.min(self.deadline))
     }
 }

@@ -46,11 +46,11 @@ use crate::lease::FencingToken;
 pub const RESPAWN_BACKOFF: Duration = Duration::from_secs(1);
 
 /// How long a manager waits before retrying a spawn whose name was still taken.
-pub const SPAWN_RETRY: Duration = Duration::from_millis(20);
+pub(super) const SPAWN_RETRY: Duration = Duration::from_millis(20);
 
 /// What the manager was started with.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ManagerConfig {
+pub(super) struct ManagerConfig {
     /// The singleton's name.
     pub type_name: Arc<str>,
     /// This node.
@@ -69,7 +69,7 @@ pub struct ManagerConfig {
 
 /// What happens to the manager.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Event {
+pub(super) enum Event {
     /// The cluster view: `event` is `None` for the view at subscription time.
     Cluster {
         /// The change, or `None` for the initial state.
@@ -113,7 +113,7 @@ pub enum Event {
 
 /// What the shell should do.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
+pub(super) enum Action {
     /// Send `HandOverRequest { nonce }` to each of `to`.
     SendHandOverRequest {
         /// The peers.
@@ -146,7 +146,7 @@ pub enum Action {
 
 /// Where a message for the singleton goes right now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Routing {
+pub(super) enum Routing {
     /// Into the running instance.
     Deliver,
     /// Into the hold buffer.
@@ -179,7 +179,7 @@ enum LeasePhase {
 
 /// One manager's state.
 #[derive(Debug, Clone)]
-pub struct ManagerState {
+pub(super) struct ManagerState {
     config: ManagerConfig,
     members: Vec<Member>,
     host: Option<Address>,
@@ -203,7 +203,7 @@ impl ManagerState {
     /// A manager that knows no members yet; `nonce_seed` makes its hand-over rounds distinct
     /// from those of earlier incarnations.
     #[must_use]
-    pub fn new(config: ManagerConfig, nonce_seed: u64) -> Self {
+    pub(super) fn new(config: ManagerConfig, nonce_seed: u64) -> Self {
         Self {
             config,
             members: Vec::new(),
@@ -225,39 +225,33 @@ impl ManagerState {
         }
     }
 
-    /// The configuration.
-    #[must_use]
-    pub fn config(&self) -> &ManagerConfig {
-        &self.config
-    }
-
     /// The host this node's view elects.
     #[must_use]
-    pub fn host(&self) -> Option<&Address> {
+    pub(super) fn host(&self) -> Option<&Address> {
         self.host.as_ref()
     }
 
     /// Whether an instance runs (and is not being stopped).
     #[must_use]
-    pub fn is_hosting(&self) -> bool {
+    pub(super) fn is_hosting(&self) -> bool {
         self.instance == Instance::Running
     }
 
     /// Whether the manager has opted out of hosting after its instance ended.
     #[must_use]
-    pub fn is_latched_out(&self) -> bool {
+    pub(super) fn is_latched_out(&self) -> bool {
         self.latched_out
     }
 
     /// Whether this manager holds the lease.
     #[must_use]
-    pub fn holds_lease(&self) -> bool {
+    pub(super) fn holds_lease(&self) -> bool {
         matches!(self.lease, LeasePhase::Held(_))
     }
 
     /// Where a message for the singleton goes now.
     #[must_use]
-    pub fn routing(&self) -> Routing {
+    pub(super) fn routing(&self) -> Routing {
         if self.latched_out || self.deactivating {
             Routing::DeadLetter
         } else if self.instance == Instance::Running {
@@ -269,7 +263,7 @@ impl ManagerState {
 
     /// The next instant at which a [`Event::Tick`] has something to do.
     #[must_use]
-    pub fn next_deadline(&self) -> Option<Instant> {
+    pub(super) fn next_deadline(&self) -> Option<Instant> {
         let hand_over = match &self.hand_over {
             HandOverPhase::Open(round) => round.next_deadline(),
             _ => None,
@@ -285,7 +279,7 @@ impl ManagerState {
 
     /// Advance by one event.
     #[must_use]
-    pub fn step(mut self, event: Event, now: Instant) -> (Self, Vec<Action>) {
+    pub(super) fn step(mut self, event: Event, now: Instant) -> (Self, Vec<Action>) {
         let mut actions = Vec::new();
         self.handle(event, now, &mut actions);
         (self, actions)

@@ -53,7 +53,7 @@ use crate::path::ActorPath;
 use crate::remoting::RemoteMessage;
 
 /// How long a proxy waits for the previous host's manager to give back held messages.
-pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
+pub(super) const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The proxy's protocol. Only `Drained` crosses the network (from a manager, attributed by the
 /// transport); the rest is sent on this node.

@@ -9,6 +9,7 @@ use crate::transport::handshake::ClusterSecret;
 use crate::transport::tls::TlsConfig;
 use crate::transport::version::ProtocolVersions;
 
+/// Settings of a [`TcpTransport`](super::TcpTransport). Defaults are documented on each setter.
 #[derive(Debug, Clone)]
 pub struct TcpTransportConfig {
     pub(super) bind: SocketAddr,

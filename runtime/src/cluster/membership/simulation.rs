@@ -9,14 +9,12 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::time::Duration;
 
+use super::{Action, ClusterMsg, Downing, Input, Membership, MembershipSettings};
+use crate::cluster::{ClusterEvent, ClusterView, Departure, MemberStatus, diff};
+use crate::{Address, UniqueAddress};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
-use troupe::cluster::{
-    Action, ClusterEvent, ClusterMsg, ClusterView, Departure, Downing, Input, MemberStatus,
-    Membership, MembershipSettings, diff,
-};
-use troupe::{Address, UniqueAddress};
 
 #[derive(Debug)]
 enum Event {
