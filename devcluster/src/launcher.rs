@@ -225,11 +225,16 @@ impl Plan {
                     // Several agents on one machine: each its own management port.
                     .arg("--management-bind")
                     .arg(format!("127.0.0.1:{}", self.management_ports[n - 1]))
+                    // Every agent is a seed, the first first: a first agent started again after a
+                    // fence joins the others instead of forming a cluster of its own.
                     .arg("--seed")
-                    .arg(format!(
-                        "troupe://{}@127.0.0.1:{}",
-                        self.cluster, self.agent_ports[0]
-                    ))
+                    .arg(
+                        self.agent_ports
+                            .iter()
+                            .map(|p| format!("troupe://{}@127.0.0.1:{p}", self.cluster))
+                            .collect::<Vec<_>>()
+                            .join(","),
+                    )
                     .arg("--control-plane")
                     .arg(self.base_url())
                     .arg("--node-name")
@@ -257,6 +262,8 @@ fn describe(status: std::io::Result<ExitStatus>) -> Exit {
     match status {
         Ok(status) => Exit {
             success: status.success(),
+            // troupe-agent's exit code for a fenced node (contracts.md).
+            fenced: status.code() == Some(3),
             description: match (status.code(), status.signal()) {
                 (Some(code), _) => format!("exit code {code}"),
                 (None, Some(signal)) => format!("killed by signal {signal}"),
@@ -265,6 +272,7 @@ fn describe(status: std::io::Result<ExitStatus>) -> Exit {
         },
         Err(error) => Exit {
             success: false,
+            fenced: false,
             description: format!("could not be waited for: {error}"),
         },
     }
@@ -296,7 +304,14 @@ impl Children {
         child: Child,
         events: &mpsc::UnboundedSender<Event>,
     ) -> Result<(), std::io::Error> {
-        let log = File::create(plan.log_file(child))?;
+        // A restarted agent appends to its log: the fence that ended its last life stays there.
+        let restarted = self.pids.contains_key(&child);
+        let log = File::options()
+            .create(true)
+            .write(true)
+            .append(restarted)
+            .truncate(!restarted)
+            .open(plan.log_file(child))?;
         let mut process = plan
             .command(child)
             .stdout(Stdio::from(log.try_clone()?))
@@ -509,6 +524,7 @@ pub async fn run(config: &Config) -> Result<i32, LaunchError> {
                                 Child::Agent(n),
                                 Exit {
                                     success: false,
+                                    fenced: false,
                                     description: format!("could not be started: {error}"),
                                 },
                             ));
@@ -541,6 +557,18 @@ pub async fn run(config: &Config) -> Result<i32, LaunchError> {
                         Event::ClusterUp,
                         events_tx.clone(),
                     );
+                }
+                Action::RestartAgent(n) => {
+                    if let Err(error) = children.spawn(&plan, Child::Agent(n), &events_tx) {
+                        let _ = events_tx.send(Event::Exited(
+                            Child::Agent(n),
+                            Exit {
+                                success: false,
+                                fenced: false,
+                                description: format!("could not be started again: {error}"),
+                            },
+                        ));
+                    }
                 }
                 Action::AnnounceUp => println!("{}", banner(&plan, &children)),
                 Action::Say(message) => say(&message),

@@ -9,7 +9,9 @@
 //!        └── any child exits, or the startup deadline passes ──▶ Stopping (failed, exit 1)
 //!        └── SIGINT / SIGTERM (any phase) ─────────────────────▶ Stopping (asked, exit 0)
 //! Running: an agent that exits is reported and the rest carry on (kill one to watch a
-//!          hand-over); the server exiting stops everything (exit 1).
+//!          hand-over); an agent that exits fenced (exit code 3: downed, removed) is started
+//!          again after RESTART_DELAY, as the kubelet would, and rejoins as a fresh
+//!          incarnation; the server exiting stops everything (exit 1).
 //! ```
 //!
 //! # Stopping
@@ -42,11 +44,16 @@ impl fmt::Display for Child {
     }
 }
 
+/// How long a fenced agent stays down before it is started again.
+pub const RESTART_DELAY: Duration = Duration::from_secs(1);
+
 /// How a child ended, as far as the lifecycle cares.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Exit {
     /// Exit code 0.
     pub success: bool,
+    /// Exit code 3: an agent that lost its place in the cluster (start it again).
+    pub fenced: bool,
     /// `exit code 3`, `signal 9`.
     pub description: String,
 }
@@ -73,6 +80,8 @@ pub enum Action {
     StartServer,
     /// Start every agent process.
     StartAgents,
+    /// Start this agent again (it exited fenced).
+    RestartAgent(usize),
     /// Print the banner: the cluster is up.
     AnnounceUp,
     /// Tell the user something.
@@ -108,6 +117,8 @@ enum ChildState {
     Terminating(Duration),
     Killed,
     Exited(Exit),
+    /// Exited fenced; started again at this time.
+    Restarting(Duration),
 }
 
 /// The lifecycle's settings.
@@ -159,7 +170,7 @@ impl State {
     pub fn live_children(&self) -> impl Iterator<Item = Child> + '_ {
         self.children
             .iter()
-            .filter(|(_, s)| !matches!(s, ChildState::Exited(_)))
+            .filter(|(_, s)| !matches!(s, ChildState::Exited(_) | ChildState::Restarting(_)))
             .map(|(c, _)| *c)
     }
 
@@ -170,6 +181,16 @@ impl State {
 
     fn start_stopping(&mut self, now: Duration, actions: &mut Vec<Action>) {
         self.phase = Phase::Stopping;
+        // A fenced agent waiting to be started again stays down.
+        for state in self.children.values_mut() {
+            if let ChildState::Restarting(_) = state {
+                *state = ChildState::Exited(Exit {
+                    success: true,
+                    fenced: true,
+                    description: "fenced, not restarted".to_owned(),
+                });
+            }
+        }
         let agents: Vec<Child> = self.live_agents().collect();
         if agents.is_empty() {
             self.terminate(Child::Server, now, actions);
@@ -254,7 +275,7 @@ pub fn step(mut state: State, event: Event, now: Duration) -> (State, Vec<Action
             let was_running = state
                 .children
                 .get(&child)
-                .is_some_and(|s| !matches!(s, ChildState::Exited(_)));
+                .is_some_and(|s| !matches!(s, ChildState::Exited(_) | ChildState::Restarting(_)));
             if !was_running {
                 return (state, actions);
             }
@@ -262,6 +283,17 @@ pub fn step(mut state: State, event: Event, now: Duration) -> (State, Vec<Action
                 .children
                 .insert(child, ChildState::Exited(exit.clone()));
             match state.phase {
+                Phase::StartingAgents | Phase::Running
+                    if exit.fenced && !expected && matches!(child, Child::Agent(_)) =>
+                {
+                    state
+                        .children
+                        .insert(child, ChildState::Restarting(now + RESTART_DELAY));
+                    actions.push(Action::Say(format!(
+                        "{child} was fenced ({}): it lost its place in the cluster; starting it again as a fresh incarnation",
+                        exit.description
+                    )));
+                }
                 Phase::StartingServer | Phase::StartingAgents if !expected => {
                     let why = format!(
                         "{child} exited during startup ({}); see its log",
@@ -307,6 +339,20 @@ pub fn step(mut state: State, event: Event, now: Duration) -> (State, Vec<Action
             }
         }
         Event::Tick => {
+            if matches!(state.phase, Phase::StartingAgents | Phase::Running) {
+                let due: Vec<Child> = state
+                    .children
+                    .iter()
+                    .filter(|(_, s)| matches!(s, ChildState::Restarting(at) if now >= *at))
+                    .map(|(c, _)| *c)
+                    .collect();
+                for child in due {
+                    state.children.insert(child, ChildState::Running);
+                    if let Child::Agent(n) = child {
+                        actions.push(Action::RestartAgent(n));
+                    }
+                }
+            }
             let starting = matches!(state.phase, Phase::StartingServer | Phase::StartingAgents);
             if starting && now >= state.settings.startup_timeout {
                 let waiting_for = if state.phase == Phase::StartingServer {
@@ -356,6 +402,7 @@ mod tests {
     fn ok() -> Exit {
         Exit {
             success: true,
+            fenced: false,
             description: "exit code 0".into(),
         }
     }
@@ -363,8 +410,59 @@ mod tests {
     fn failed() -> Exit {
         Exit {
             success: false,
+            fenced: false,
             description: "exit code 1".into(),
         }
+    }
+
+    fn fenced() -> Exit {
+        Exit {
+            success: false,
+            fenced: true,
+            description: "exit code 3".into(),
+        }
+    }
+
+    #[test]
+    fn a_fenced_agent_is_started_again_after_the_restart_delay_and_not_during_a_stop() {
+        let mut events = up();
+        events.push((Event::Exited(Child::Agent(2), fenced()), 20));
+        let (state, actions) = run(&events);
+        assert_eq!(state.phase(), Phase::Running);
+        assert!(
+            actions
+                .iter()
+                .any(|a| matches!(a, Action::Say(s) if s.contains("agent-2 was fenced")))
+        );
+        assert!(
+            !actions.contains(&Action::RestartAgent(2)),
+            "not before the delay"
+        );
+        events.push((Event::Tick, 21));
+        let (_, actions) = run(&events);
+        assert_eq!(actions.last(), Some(&Action::RestartAgent(2)));
+        // Fenced again, then a stop before the delay passed: it stays down, the stop is clean.
+        events.extend([
+            (Event::Exited(Child::Agent(2), fenced()), 30),
+            (Event::StopRequested, 30),
+            (Event::Tick, 40),
+            (Event::Exited(Child::Agent(1), ok()), 41),
+            (Event::Exited(Child::Agent(3), ok()), 41),
+            (Event::Exited(Child::Server, ok()), 42),
+        ]);
+        let (_, actions) = run(&events);
+        assert_eq!(
+            actions
+                .iter()
+                .filter(|a| **a == Action::RestartAgent(2))
+                .count(),
+            1
+        );
+        assert!(
+            !actions.contains(&Action::Terminate(Child::Agent(2))),
+            "a fenced agent that is down is not signalled"
+        );
+        assert_eq!(actions.last(), Some(&Action::Exit(0)));
     }
 
     fn run(events: &[(Event, u64)]) -> (State, Vec<Action>) {
@@ -499,7 +597,7 @@ mod tests {
             Just(Event::ClusterUp),
             Just(Event::StopRequested),
             Just(Event::Tick),
-            (0usize..=3, any::<bool>()).prop_map(|(n, success)| {
+            (0usize..=3, any::<bool>(), any::<bool>()).prop_map(|(n, success, fenced)| {
                 let child = if n == 0 {
                     Child::Server
                 } else {
@@ -508,7 +606,8 @@ mod tests {
                 Event::Exited(
                     child,
                     Exit {
-                        success,
+                        success: success && !fenced,
+                        fenced,
                         description: String::new(),
                     },
                 )
@@ -541,6 +640,10 @@ mod tests {
                     match action {
                         Action::StartServer => started.push(Child::Server),
                         Action::StartAgents => started.extend((1..=SETTINGS.agents).map(Child::Agent)),
+                        Action::RestartAgent(n) => {
+                            assert!(exited.contains(&Child::Agent(n)), "restarted agent-{n} that runs");
+                            exited.retain(|c| *c != Child::Agent(n));
+                        }
                         Action::Terminate(c) | Action::Kill(c) => {
                             assert!(started.contains(&c) && !exited.contains(&c), "signalled {c} that is not running");
                         }

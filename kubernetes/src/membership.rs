@@ -11,7 +11,8 @@
 //!   deletes Leases that expired a full TTL ago.
 //! - **Fencing**: a renewal answered `404` means the Lease was deleted — by an operator, by
 //!   `down`, or by the leader after the host was aged out. The host then *fences*: it never
-//!   recreates its Lease, publishes a view without any member (everything it hosted stops), stops
+//!   recreates its Lease, publishes a view without itself (everything it hosted stops; the others
+//!   stay as it last saw them), stops
 //!   taking part and reports [`HostHealth::Fenced`], which liveness reports as fatal so the pod
 //!   restarts with a fresh identity. Likewise when its renewals fail for longer than
 //!   `ttl − max_clock_skew`, when a renewal lands after that, or when the watch shows its Lease

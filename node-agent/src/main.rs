@@ -5,7 +5,7 @@ use clap::Parser;
 use troupe_agent::{Agent, AgentConfig};
 
 #[tokio::main]
-async fn main() {
+pub(crate) async fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),

@@ -402,6 +402,7 @@ struct TransportMetrics {
     pending: Family<PoolLabels, Gauge>,
     known_sources: Gauge,
     protocol_version: Family<BoundLabels, Gauge>,
+    extension_records: Family<OutcomeLabels, Counter>,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -447,10 +448,34 @@ impl TransportMetrics {
             self.known_sources.clone(),
         );
         registry.register(
+            "troupe_agent_wire_extension_records",
+            "Extension records of cluster messages (fields added by a later protocol version), by outcome: read, or skipped because this build does not know them",
+            self.extension_records.clone(),
+        );
+        registry.register(
             "troupe_agent_transport_protocol_version",
             "The lowest and highest cluster protocol versions this node speaks",
             self.protocol_version.clone(),
         );
+    }
+
+    fn observe_wire(&self, system: &ActorSystem) {
+        let Some(remoting) = troupe::remoting::Remoting::of(system) else {
+            return;
+        };
+        let stats = remoting.stats();
+        let load = |v: &std::sync::atomic::AtomicU64| v.load(std::sync::atomic::Ordering::Relaxed);
+        for (outcome, total) in [
+            ("read", load(&stats.extension_records_read)),
+            ("skipped", load(&stats.extension_records_skipped)),
+        ] {
+            catch_up(
+                &self.extension_records.get_or_create(&OutcomeLabels {
+                    outcome: outcome.to_owned(),
+                }),
+                total,
+            );
+        }
     }
 
     fn observe(&self) {
@@ -757,6 +782,7 @@ impl AgentMetrics {
             self.observe_reporter(reporter);
         }
         self.transport.observe();
+        self.transport.observe_wire(system);
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);

@@ -106,6 +106,10 @@ pub struct RemotingStats {
     pub unknown_recipients: AtomicU64,
     /// Outbound frames the transport refused.
     pub send_failures: AtomicU64,
+    /// Extension records (fields added by a later protocol version) this build read.
+    pub extension_records_read: AtomicU64,
+    /// Extension records this build does not know and skipped: a newer node is talking.
+    pub extension_records_skipped: AtomicU64,
 }
 
 thread_local! {

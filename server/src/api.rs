@@ -2,12 +2,14 @@
 //! and the OpenAPI document. One file per resource in `api/`, each with its handlers and DTOs;
 //! this file only composes their routes (no resource imports it).
 
+mod allow;
 pub mod clusters;
 pub mod dead_letters;
 pub mod directory;
 pub mod events;
 pub mod ingest;
 pub mod leases;
+pub mod management;
 pub mod members;
 pub mod nodes;
 pub mod openapi;
@@ -17,63 +19,90 @@ pub mod routers;
 pub mod singletons;
 pub mod stream;
 
-use actix_web::web;
+use actix_web::web::{self, delete, get, post, put};
+
+use self::allow::resource;
 
 use crate::state::AppState;
 
-/// Registers every route on an actix `App` or scope.
+/// Registers every route on an actix `App` or scope. Each path is one resource: a method it
+/// does not serve gets 405 with `Allow` (see `allow`).
 pub fn configure(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
     move |cfg| {
         cfg.app_data(web::Data::new(state))
-            .route("/metrics", web::get().to(prometheus::metrics))
-            .route("/livez", web::get().to(probes::livez))
-            .route("/readyz", web::get().to(probes::readyz))
+            .service(resource("/metrics", "GET").route(get().to(prometheus::metrics)))
+            .service(resource("/livez", "GET").route(get().to(probes::livez)))
+            .service(resource("/readyz", "GET").route(get().to(probes::readyz)))
+            .service(
+                web::scope("/management/{cluster}/cluster")
+                    .service(resource("/members", "GET").route(get().to(management::members)))
+                    .service(resource("/members/", "GET").route(get().to(management::members)))
+                    .service(
+                        resource("/members/{address:.+}", "GET, PUT, DELETE")
+                            .route(get().to(management::member))
+                            .route(put().to(management::put_member))
+                            .route(delete().to(management::delete_member)),
+                    )
+                    .service(
+                        resource("/domain-events", "GET")
+                            .route(get().to(management::domain_events)),
+                    )
+                    .default_service(web::to(allow::not_found)),
+            )
             .service(
                 web::scope("/api/v1")
-                    .route("/ingest", web::post().to(ingest::ingest))
+                    .service(resource("/ingest", "POST").route(post().to(ingest::ingest)))
                     .configure(leases::routes)
                     .configure(directory::routes)
-                    .route("/openapi.json", web::get().to(openapi::document))
-                    .route("/docs", web::get().to(openapi::docs_page))
-                    .route("/events/stream", web::get().to(stream::stream))
-                    .route("/clusters", web::get().to(clusters::list))
-                    .route("/clusters/{cluster}", web::get().to(clusters::one))
-                    .route("/clusters/{cluster}/members", web::get().to(members::list))
-                    .route(
-                        "/clusters/{cluster}/members/{address}",
-                        web::get().to(members::one),
+                    .service(resource("/openapi.json", "GET").route(get().to(openapi::document)))
+                    .service(resource("/docs", "GET").route(get().to(openapi::docs_page)))
+                    .service(resource("/events/stream", "GET").route(get().to(stream::stream)))
+                    .service(resource("/clusters", "GET").route(get().to(clusters::list)))
+                    .service(resource("/clusters/{cluster}", "GET").route(get().to(clusters::one)))
+                    .service(
+                        resource("/clusters/{cluster}/members", "GET")
+                            .route(get().to(members::list)),
                     )
-                    .route(
-                        "/clusters/{cluster}/members/{address}",
-                        web::put().to(members::operate),
+                    .service(
+                        resource(
+                            "/clusters/{cluster}/members/{address:.+}",
+                            "GET, PUT, DELETE",
+                        )
+                        .route(get().to(members::one))
+                        .route(put().to(members::operate))
+                        .route(delete().to(members::leave)),
                     )
-                    .route(
-                        "/clusters/{cluster}/members/{address}",
-                        web::delete().to(members::leave),
+                    .service(
+                        resource("/clusters/{cluster}/nodes", "GET").route(get().to(nodes::list)),
                     )
-                    .route("/clusters/{cluster}/nodes", web::get().to(nodes::list))
-                    .route("/clusters/{cluster}/events", web::get().to(events::list))
-                    .route(
-                        "/clusters/{cluster}/dead-letters",
-                        web::get().to(dead_letters::list),
+                    .service(
+                        resource("/clusters/{cluster}/events", "GET").route(get().to(events::list)),
                     )
-                    .route(
-                        "/clusters/{cluster}/dead-letters/per-minute",
-                        web::get().to(dead_letters::per_minute),
+                    .service(
+                        resource("/clusters/{cluster}/dead-letters", "GET")
+                            .route(get().to(dead_letters::list)),
                     )
-                    .route(
-                        "/clusters/{cluster}/singletons",
-                        web::get().to(singletons::list),
+                    .service(
+                        resource("/clusters/{cluster}/dead-letters/per-minute", "GET")
+                            .route(get().to(dead_letters::per_minute)),
                     )
-                    .route(
-                        "/clusters/{cluster}/singletons/{name}",
-                        web::get().to(singletons::one),
+                    .service(
+                        resource("/clusters/{cluster}/singletons", "GET")
+                            .route(get().to(singletons::list)),
                     )
-                    .route("/clusters/{cluster}/routers", web::get().to(routers::list))
-                    .route(
-                        "/clusters/{cluster}/routers/depth",
-                        web::get().to(routers::depth),
-                    ),
+                    .service(
+                        resource("/clusters/{cluster}/singletons/{name}", "GET")
+                            .route(get().to(singletons::one)),
+                    )
+                    .service(
+                        resource("/clusters/{cluster}/routers", "GET")
+                            .route(get().to(routers::list)),
+                    )
+                    .service(
+                        resource("/clusters/{cluster}/routers/depth", "GET")
+                            .route(get().to(routers::depth)),
+                    )
+                    .default_service(web::to(allow::not_found)),
             );
     }
 }

@@ -21,18 +21,21 @@
 //! for tests and benchmarks; production builds leave it out, so nothing in them can drop a
 //! database.
 
+pub mod address;
 pub mod api;
 pub mod app;
 pub mod auth;
 pub mod config;
 pub mod coordination;
 pub mod error;
+pub mod feed;
 pub mod live;
 pub mod metrics;
 pub mod observe;
 pub mod otel;
 pub mod paging;
 mod request;
+pub mod sse;
 pub mod state;
 pub mod store;
 pub mod telemetry;

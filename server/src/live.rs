@@ -1,40 +1,30 @@
-//! The live event hub: stored events fanned out to server-sent-event streams.
+//! The live hub: wakes the open streams of a cluster when one of its batches is stored.
 //!
-//! # Delivery
-//! Live only, like Akka Management's domain events: a stream sees events stored after it
-//! opened. A stream that falls more than the channel's capacity behind is told how many it
-//! missed (an SSE comment) and carries on; ingest never waits for a slow stream.
+//! It carries no events, only the name of the cluster that has new ones: streams read what
+//! is new from the store ([`crate::feed`]), so what they send is what is stored, in stored
+//! order, and a stream that resumes gets the same events from the same place. Ingest never
+//! waits for a stream: a stream that misses wake-ups (the channel's capacity behind) just
+//! checks every cluster.
 
 use std::sync::Arc;
 
 use tokio::sync::broadcast;
-use troupe_protocol::{EventKind, ReportBatch};
+use troupe_protocol::ReportBatch;
 
-/// One stored event, ready to send.
-#[derive(Debug, Clone)]
-pub struct LiveEvent {
-    /// The cluster it belongs to.
-    pub cluster: String,
-    /// Its kind.
-    pub kind: EventKind,
-    /// The JSON sent as the SSE `data:` line.
-    pub json: String,
-}
-
-/// Fans stored events out to the open streams.
+/// Wakes streams when a cluster has new events.
 #[derive(Debug, Clone)]
 pub struct LiveHub {
-    sender: broadcast::Sender<Arc<LiveEvent>>,
+    sender: broadcast::Sender<Arc<str>>,
 }
 
 impl Default for LiveHub {
     fn default() -> Self {
-        Self::new(4096)
+        Self::new(1024)
     }
 }
 
 impl LiveHub {
-    /// A hub whose streams may fall `capacity` events behind before they skip.
+    /// A hub whose streams may fall `capacity` wake-ups behind before they check everything.
     #[must_use]
     pub fn new(capacity: usize) -> Self {
         Self {
@@ -42,36 +32,18 @@ impl LiveHub {
         }
     }
 
-    /// A new subscription, seeing events published from now on.
+    /// A new subscription to wake-ups (cluster names) sent from now on.
     #[must_use]
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<LiveEvent>> {
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<str>> {
         self.sender.subscribe()
     }
 
-    /// Publishes the events of a stored batch (nothing is built when nobody listens).
+    /// Tells the streams that `batch` was stored (nothing when it holds no event or nobody
+    /// listens).
     pub fn publish_batch(&self, batch: &ReportBatch) {
-        if self.sender.receiver_count() == 0 {
+        if batch.events.is_empty() || self.sender.receiver_count() == 0 {
             return;
         }
-        let id = &batch.identity;
-        for event in &batch.events {
-            let mut json = serde_json::json!({
-                "cluster": id.cluster,
-                "node": id.node,
-                "incarnation": id.incarnation.to_string(),
-                "at": crate::time::rfc3339(event.at_ms),
-                "at_ms": event.at_ms,
-            });
-            if let (Some(object), Ok(serde_json::Value::Object(body))) =
-                (json.as_object_mut(), serde_json::to_value(&event.body))
-            {
-                object.extend(body);
-            }
-            let _ = self.sender.send(Arc::new(LiveEvent {
-                cluster: id.cluster.clone(),
-                kind: event.body.kind(),
-                json: json.to_string(),
-            }));
-        }
+        let _ = self.sender.send(Arc::from(batch.identity.cluster.as_str()));
     }
 }

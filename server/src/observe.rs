@@ -60,7 +60,7 @@ pub async fn request(
     let route = req
         .resource_map()
         .match_pattern(req.path())
-        .unwrap_or_else(|| UNMATCHED.to_owned());
+        .map_or_else(|| UNMATCHED.to_owned(), |p| template(&p));
     let info = req.connection_info().clone();
     let (address, port) = split_host(info.host(), info.scheme());
     let span = tracing::info_span!(
@@ -121,6 +121,29 @@ pub async fn request(
     Ok(response)
 }
 
+/// A route pattern without its parameters' regular expressions (`{address:.+}` →
+/// `{address}`), as the OpenAPI document writes it.
+fn template(pattern: &str) -> String {
+    let mut out = String::with_capacity(pattern.len());
+    let mut in_regex = false;
+    for c in pattern.chars() {
+        match c {
+            ':' if out.ends_with(|p: char| p.is_alphanumeric() || p == '_')
+                && out.rfind('{') > out.rfind('}') =>
+            {
+                in_regex = true;
+            }
+            '}' if in_regex => {
+                in_regex = false;
+                out.push('}');
+            }
+            _ if in_regex => {}
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
 /// `server.address` and `server.port` from the `Host` the client used (the port defaulting by
 /// scheme).
 fn split_host(host: &str, scheme: &str) -> (String, u16) {
@@ -146,6 +169,15 @@ fn split_host(host: &str, scheme: &str) -> (String, u16) {
 #[cfg(test)]
 mod tests {
     use super::split_host;
+
+    #[test]
+    fn route_templates_drop_parameter_patterns() {
+        assert_eq!(
+            super::template("/api/v1/clusters/{cluster}/members/{address:.+}"),
+            "/api/v1/clusters/{cluster}/members/{address}"
+        );
+        assert_eq!(super::template("/livez"), "/livez");
+    }
 
     #[test]
     fn server_address_and_port_come_from_the_host_header() {

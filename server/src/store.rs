@@ -34,8 +34,9 @@ use troupe_protocol::{OperationKind, ReportBatch};
 
 pub use error::StoreError;
 pub use model::{
-    AgentRow, ClusterRow, DeadLetterRow, DepthTickRow, EventRow, IngestOutcome, MemberRow,
-    MinuteCount, RouterRow, SingletonRow, Totals, string_list,
+    AgentRow, ClusterRow, ClusterSnapshot, DeadLetterRow, DepthTickRow, EventRow, IngestOutcome,
+    MemberRow, MinuteCount, RouterRow, SingletonRow, StreamDeadLetterRow, StreamPosition, Totals,
+    string_list,
 };
 
 /// Runs `$body` with `$pool` bound to the backend's pool; the body is compiled once per backend.
@@ -278,6 +279,93 @@ impl Store {
             .bind(cluster_id)
             .fetch_all(pool)
             .await?))
+    }
+
+    /// A cluster's newest stream position (committed rows only).
+    pub async fn stream_position(&self, cluster_id: i64) -> Result<StreamPosition, StoreError> {
+        let (event_id, dead_letter_id): (i64, i64) =
+            with_pool!(self, |pool| sqlx::query_as(sql::STREAM_POSITION)
+                .bind(cluster_id)
+                .fetch_one(pool)
+                .await?);
+        Ok(StreamPosition {
+            event_id,
+            dead_letter_id,
+        })
+    }
+
+    /// A cluster's members, leader and stream position, all read from one snapshot of the
+    /// database; `None` when no cluster of that name has reported.
+    pub async fn cluster_snapshot(
+        &self,
+        name: &str,
+    ) -> Result<Option<ClusterSnapshot>, StoreError> {
+        Ok(with_pool!(self, |pool| {
+            let mut tx = pool.begin().await?;
+            if self.backend() == BackendKind::Postgres {
+                sqlx::query(sql::REPEATABLE_READ).execute(&mut *tx).await?;
+            }
+            let cluster: Option<ClusterRow> = sqlx::query_as(sql::CLUSTER)
+                .bind(name)
+                .fetch_optional(&mut *tx)
+                .await?;
+            let snapshot = match cluster {
+                None => None,
+                Some(cluster) => {
+                    let members = sqlx::query_as(sql::MEMBERS)
+                        .bind(cluster.id)
+                        .fetch_all(&mut *tx)
+                        .await?;
+                    let (event_id, dead_letter_id): (i64, i64) =
+                        sqlx::query_as(sql::STREAM_POSITION)
+                            .bind(cluster.id)
+                            .fetch_one(&mut *tx)
+                            .await?;
+                    Some(ClusterSnapshot {
+                        cluster,
+                        members,
+                        position: StreamPosition {
+                            event_id,
+                            dead_letter_id,
+                        },
+                    })
+                }
+            };
+            tx.commit().await?;
+            snapshot
+        }))
+    }
+
+    /// Up to `limit` events of a cluster after event id `after`, in id (commit) order.
+    pub async fn stream_events(
+        &self,
+        cluster_id: i64,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<EventRow>, StoreError> {
+        Ok(with_pool!(self, |pool| sqlx::query_as(sql::STREAM_EVENTS)
+            .bind(cluster_id)
+            .bind(after)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?))
+    }
+
+    /// Up to `limit` dead letters of a cluster after id `after`, in id (commit) order.
+    pub async fn stream_dead_letters(
+        &self,
+        cluster_id: i64,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<StreamDeadLetterRow>, StoreError> {
+        Ok(with_pool!(self, |pool| sqlx::query_as(
+            sql::STREAM_DEAD_LETTERS
+        )
+        .bind(cluster_id)
+        .bind(after)
+        .bind(limit)
+        .fetch_all(pool)
+        .await?))
     }
 
     /// Every agent incarnation of a cluster, by address then newest incarnation first.

@@ -272,13 +272,27 @@ fn server_restarted_mid_ingest_loses_no_acknowledged_batch() {
     let server = ServerProcess::start(&storage);
     let mut client = HttpClient::new(server.addr);
     let replay_from = next.saturating_sub(1);
-    for body in &batches[replay_from..] {
+    let mut committed_unacknowledged = 0u64;
+    for (index, body) in batches.iter().enumerate().skip(replay_from) {
         let ack = send_until_acknowledged(&mut client, body).expect("restarted server answers");
-        acknowledged += u64::from(!ack.duplicate);
+        if !ack.duplicate {
+            acknowledged += 1;
+        } else if index == next {
+            // The batch in flight when the server stopped was committed but its answer was
+            // cut off (the shutdown timeout can end a slow request after its commit): the
+            // resend is recognised and it is still stored once.
+            committed_unacknowledged += 1;
+        } else {
+            assert_eq!(
+                index, replay_from,
+                "only the repeated batch and the one in flight can be duplicates"
+            );
+        }
     }
     assert_eq!(
-        acknowledged, BATCHES,
-        "every batch acknowledged as new exactly once"
+        acknowledged + committed_unacknowledged,
+        BATCHES,
+        "every batch acknowledged as new exactly once (or committed just before the stop)"
     );
 
     let store = runtime.block_on(db.store()).unwrap();

@@ -1,7 +1,10 @@
 //! End-to-end test support: start real Troupe processes on 127.0.0.1 and read what they
 //! report. The tests themselves live in `tests/tests/`.
 
+pub mod control_plane;
 pub mod flood;
+pub mod relay;
+
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -179,6 +182,26 @@ impl Process {
             if predicate(&line) {
                 return line;
             }
+        }
+    }
+
+    /// Wait (at most `timeout`) for the process to exit by itself; its exit status.
+    ///
+    /// # Panics
+    /// When it is still running after `timeout`.
+    pub async fn wait(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        tokio::time::timeout(timeout, self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("the process did not exit within {timeout:?}"))
+            .expect("wait for process")
+    }
+
+    /// Send `signal` (`STOP`, `CONT`, `TERM`, …) to the process.
+    pub fn signal(&self, signal: &str) {
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill")
+                .args([&format!("-{signal}"), &pid.to_string()])
+                .status();
         }
     }
 

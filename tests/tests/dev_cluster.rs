@@ -1,6 +1,8 @@
 //! The README's first command as a user runs it: `troupe-dev` (the built binary) starts the
 //! control plane on SQLite and three agents running the demo; the API shows the cluster, the
-//! singleton, the router and dead letters; Ctrl-C stops every process and exits 0.
+//! singleton, the router and dead letters; an agent downed through the API fences (exit 3) and
+//! the launcher starts it again as a fresh incarnation that rejoins; Ctrl-C stops every process
+//! and exits 0.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -191,6 +193,59 @@ async fn the_dev_cluster_shows_the_demo_in_the_api_and_ctrl_c_stops_every_proces
     assert!(
         metrics.contains(r#"troupe_agent_router_mailbox_depth{router="/user/compute-router"}"#),
         "{metrics_url} exports the router's depth: {metrics}"
+    );
+
+    // Down agent-2 through the API: it fences and exits 3, and the launcher starts it again
+    // as a fresh incarnation, which rejoins.
+    let token = printed
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("Admin token"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("the banner names the admin token")
+        .to_owned();
+    let agent_2 = printed
+        .lines()
+        .find(|l| l.contains("agent-2"))
+        .and_then(|l| l.split_whitespace().find(|w| w.starts_with("127.0.0.1:")))
+        .expect("the banner names agent-2's address")
+        .to_owned();
+    let downed = client
+        .put(format!("{base}/members/{agent_2}"))
+        .bearer_auth(&token)
+        .form(&[("operation", "Down")])
+        .send()
+        .await
+        .expect("queue the down");
+    assert_eq!(downed.status(), 202);
+    let deadline = tokio::time::Instant::now() + UP_WITHIN;
+    loop {
+        let nodes = get(&client, &format!("{base}/nodes")).await;
+        let incarnations: Vec<&serde_json::Value> = nodes
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|n| n["node"] == agent_2.as_str())
+            .collect();
+        let fenced = incarnations.iter().any(|n| n["health"] == "fenced");
+        let back = incarnations.iter().any(|n| n["health"] == "ready");
+        let members = look(&client, &base).await.members_up;
+        if fenced && back && incarnations.len() >= 2 && members == 3 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "agent-2 ({agent_2}) fenced and back as a new incarnation: {incarnations:#?}, {members} up"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let mut said = Vec::new();
+    while let Ok(line) = banner.try_recv() {
+        said.push(line);
+    }
+    assert!(
+        said.iter()
+            .any(|l| l.contains("agent-2 was fenced (exit code 3)")),
+        "the launcher says it restarts the fenced agent: {said:#?}"
     );
 
     let children = children_of(pid);

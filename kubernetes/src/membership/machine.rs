@@ -675,7 +675,9 @@ impl MembershipMachine {
     fn finish(&mut self, health: HostHealth, actions: &mut Vec<Action>) {
         self.phase = Phase::Done;
         self.in_flight = None;
-        self.peers.clear();
+        // The last view drops only this host and keeps the others as it last saw them (as
+        // gossip does): what it reports last is its own removal, never the removal of members
+        // that are alive.
         self.set_health(health, actions);
         self.publish(actions);
         actions.push(Action::Stop);

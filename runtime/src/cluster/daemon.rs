@@ -16,9 +16,10 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::error::ClusterError;
+use super::membership::ClusterMsg;
 use super::membership::{Action, Input, Membership, MembershipSettings};
 use super::provider::{Departure, MembershipControl, MembershipProvider, ViewSink};
-use super::wire::{decode_cluster_frame, encode_cluster_frame};
+use super::wire::{Extensions, decode_cluster_frame_with, encode_cluster_frame_with};
 use crate::Address;
 use crate::actor::{Actor, ActorError};
 use crate::actor_ref::ActorRef;
@@ -150,7 +151,10 @@ impl ClusterDaemon {
         for action in actions {
             match action {
                 Action::Send { to, message } => {
-                    if let Err(error) = self.transport.send(&to, encode_cluster_frame(&message)) {
+                    if let Err(error) = self.transport.send(
+                        &to,
+                        encode_cluster_frame_with(&message, &extensions_for(&message)),
+                    ) {
                         tracing::debug!(peer = %to, %error, "cluster message not sent");
                     }
                 }
@@ -213,11 +217,23 @@ impl Actor for ClusterDaemon {
             DaemonMsg::GossipTick => Input::GossipTick,
             DaemonMsg::HeartbeatTick => Input::HeartbeatTick,
             DaemonMsg::Api(input) => input,
-            DaemonMsg::Inbound(frame) => match decode_cluster_frame(&frame.payload) {
-                Ok(message) => Input::Received {
-                    from: frame.from,
-                    message,
-                },
+            DaemonMsg::Inbound(frame) => match decode_cluster_frame_with(&frame.payload) {
+                Ok(decoded) => {
+                    let stats = self.sink.remoting().stats();
+                    let count = |n: usize| n as u64;
+                    stats.extension_records_read.fetch_add(
+                        count(decoded.records_read),
+                        std::sync::atomic::Ordering::Relaxed,
+                    );
+                    stats.extension_records_skipped.fetch_add(
+                        count(decoded.records_skipped),
+                        std::sync::atomic::Ordering::Relaxed,
+                    );
+                    Input::Received {
+                        from: frame.from,
+                        message: decoded.message,
+                    }
+                }
                 Err(error) => {
                     tracing::warn!(peer = %frame.from, %error, "dropped undecodable cluster frame");
                     return Ok(());
@@ -235,5 +251,19 @@ impl Actor for ClusterDaemon {
         self.sink.publish(self.membership.view());
         // Stopped without the protocol terminating (`shutdown`, or a failure of the daemon).
         self.sink.depart(Departure::Stopped);
+    }
+}
+
+/// The extension values this build sends with `message`.
+fn extensions_for(message: &ClusterMsg) -> Extensions {
+    match message {
+        // The `wire-next` build's added field: when the heartbeat left.
+        ClusterMsg::Heartbeat { .. } if cfg!(feature = "wire-next") => Extensions {
+            heartbeat_sent_at_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()
+                .and_then(|d| u64::try_from(d.as_millis()).ok()),
+        },
+        _ => Extensions::default(),
     }
 }

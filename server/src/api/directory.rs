@@ -11,6 +11,7 @@ use troupe::directory::{
 };
 use utoipa::{IntoParams, ToSchema};
 
+use super::allow::resource;
 use crate::error::{ApiError, ErrorBody};
 use crate::request::{json_body, query_expecting};
 use crate::state::AppState;
@@ -335,10 +336,13 @@ fn watch_error(error: DirectoryError) -> HttpResponse {
 
 /// The routes, under `/api/v1`.
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.route("/coordination/claims/{actor}", web::post().to(claim))
-        .route("/coordination/claims/{actor}", web::get().to(lookup))
-        .route("/coordination/claims/{actor}", web::delete().to(unclaim))
-        .route("/coordination/hosts/{host}/evict", web::post().to(evict))
-        .route("/coordination/directory", web::get().to(snapshot))
-        .route("/coordination/directory/watch", web::get().to(watch));
+    cfg.service(
+        resource("/coordination/claims/{actor}", "GET, POST, DELETE")
+            .route(web::post().to(claim))
+            .route(web::get().to(lookup))
+            .route(web::delete().to(unclaim)),
+    )
+    .service(resource("/coordination/hosts/{host}/evict", "POST").route(web::post().to(evict)))
+    .service(resource("/coordination/directory", "GET").route(web::get().to(snapshot)))
+    .service(resource("/coordination/directory/watch", "GET").route(web::get().to(watch)));
 }

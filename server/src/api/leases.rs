@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use troupe::lease::{FencingToken, LeaseError, LeaseSettings};
 use utoipa::ToSchema;
 
+use super::allow::resource;
 use crate::coordination::{Acquisition, GrantError, HeldGrant};
 use crate::error::{ApiError, ErrorBody};
 use crate::request::json_body;
@@ -227,14 +228,10 @@ pub async fn lease(
 
 /// The routes, under `/api/v1`.
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.route(
-        "/coordination/leases/{name}/acquire",
-        web::post().to(acquire),
+    cfg.service(
+        resource("/coordination/leases/{name}/acquire", "POST").route(web::post().to(acquire)),
     )
-    .route("/coordination/leases/{name}/renew", web::post().to(renew))
-    .route(
-        "/coordination/leases/{name}/release",
-        web::post().to(release),
-    )
-    .route("/coordination/leases/{name}", web::get().to(lease));
+    .service(resource("/coordination/leases/{name}/renew", "POST").route(web::post().to(renew)))
+    .service(resource("/coordination/leases/{name}/release", "POST").route(web::post().to(release)))
+    .service(resource("/coordination/leases/{name}", "GET").route(web::get().to(lease)));
 }

@@ -15,17 +15,21 @@ use utoipa::ToSchema;
 
 use super::clusters::find_cluster;
 use super::nodes::NodeDto;
+use crate::address;
 use crate::error::{ApiError, ErrorBody};
 use crate::request::query;
 use crate::state::AppState;
-use crate::store::{MemberRow, string_list};
+use crate::store::{ClusterRow, MemberRow, string_list};
 use crate::time::{datetime, now_ms};
 
 /// A member.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct MemberDto {
-    /// Its address.
+    /// Its address, `host:port`.
     pub node: String,
+    /// Its full address, `troupe://<cluster>@<host>:<port>` (what agents print); either form
+    /// names it in paths.
+    pub address: String,
     /// Its incarnation (Akka's `nodeUid`).
     #[serde(with = "troupe_protocol::wire::u64_string")]
     #[schema(value_type = String, format = "uint64")]
@@ -75,7 +79,12 @@ pub struct MembersQuery {
     pub include_removed: bool,
 }
 
-fn member_dto(row: MemberRow, leader: Option<&str>, agents: &[NodeDto]) -> MemberDto {
+fn member_dto(
+    cluster: &str,
+    row: MemberRow,
+    leader: Option<&str>,
+    agents: &[NodeDto],
+) -> MemberDto {
     MemberDto {
         leader: leader == Some(row.address.as_str()),
         agent: agents.iter().find(|a| a.node == row.address).cloned(),
@@ -84,24 +93,18 @@ fn member_dto(row: MemberRow, leader: Option<&str>, agents: &[NodeDto]) -> Membe
         status_since: datetime(row.status_ms),
         reachable: row.reachable,
         status: row.status,
+        address: address::full(cluster, &row.address),
         node: row.address,
     }
 }
 
-async fn load(
-    state: &AppState,
-    cluster: &str,
+/// The members DTO of `cluster` from its rows (removed members only with `include_removed`).
+pub(crate) fn members_dto(
+    cluster: &ClusterRow,
+    rows: &[MemberRow],
+    agents: &[NodeDto],
     include_removed: bool,
-) -> Result<(MembersDto, Vec<MemberRow>), ApiError> {
-    let cluster = find_cluster(state, cluster).await?;
-    let rows = state.store.members(cluster.id).await?;
-    let agents: Vec<NodeDto> = state
-        .store
-        .agents(cluster.id)
-        .await?
-        .into_iter()
-        .map(Into::into)
-        .collect();
+) -> MembersDto {
     let unreachable = rows
         .iter()
         .filter(|m| !m.reachable && m.status != "removed")
@@ -114,17 +117,45 @@ async fn load(
         .iter()
         .filter(|m| include_removed || m.status != "removed")
         .cloned()
-        .map(|m| member_dto(m, cluster.leader.as_deref(), &agents))
+        .map(|m| member_dto(&cluster.name, m, cluster.leader.as_deref(), agents))
         .collect();
-    Ok((
-        MembersDto {
-            cluster: cluster.name,
-            leader: cluster.leader,
-            members,
-            unreachable,
-        },
-        rows,
-    ))
+    MembersDto {
+        cluster: cluster.name.clone(),
+        leader: cluster.leader.clone(),
+        members,
+        unreachable,
+    }
+}
+
+/// A cluster's agents as DTOs.
+pub(crate) async fn agents(state: &AppState, cluster_id: i64) -> Result<Vec<NodeDto>, ApiError> {
+    Ok(state
+        .store
+        .agents(cluster_id)
+        .await?
+        .into_iter()
+        .map(Into::into)
+        .collect())
+}
+
+async fn load(
+    state: &AppState,
+    cluster: &str,
+    include_removed: bool,
+) -> Result<(MembersDto, Vec<MemberRow>), ApiError> {
+    let cluster = find_cluster(state, cluster).await?;
+    let rows = state.store.members(cluster.id).await?;
+    let agents = agents(state, cluster.id).await?;
+    Ok((members_dto(&cluster, &rows, &agents, include_removed), rows))
+}
+
+/// The `host:port` a member path parameter names in `cluster`, or 404.
+pub(crate) fn member_address(cluster: &str, written: &str) -> Result<String, ApiError> {
+    address::member(cluster, written).ok_or_else(|| {
+        ApiError::NotFound(format!(
+            "no member `{written}` in `{cluster}` (give `host:port` or `troupe://{cluster}@host:port`)"
+        ))
+    })
 }
 
 /// The members of a cluster as last reported.
@@ -144,19 +175,20 @@ pub async fn list(
 /// One member, 404 if unknown.
 #[utoipa::path(get, path = "/api/v1/clusters/{cluster}/members/{address}", tag = "members",
     params(("cluster" = String, Path, description = "Cluster name"),
-           ("address" = String, Path, description = "Member address, host:port")),
+           ("address" = String, Path, description = "Member address: `host:port`, or the full `troupe://<cluster>@host:port` (raw or percent-encoded)")),
     responses((status = 200, body = MemberDto), (status = 404, body = ErrorBody)))]
 pub async fn one(
     state: web::Data<AppState>,
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
-    let (cluster, address) = path.into_inner();
+    let (cluster, written) = path.into_inner();
+    let address = member_address(&cluster, &written)?;
     let (members, _) = load(&state, &cluster, true).await?;
     let member = members
         .members
         .into_iter()
         .find(|m| m.node == address)
-        .ok_or_else(|| ApiError::NotFound(format!("no member `{address}` in `{cluster}`")))?;
+        .ok_or_else(|| ApiError::NotFound(format!("no member `{written}` in `{cluster}`")))?;
     Ok(HttpResponse::Ok().json(member))
 }
 
@@ -180,29 +212,32 @@ pub struct OperationAccepted {
     pub message: String,
 }
 
-async fn queue(
+/// Queues `operation` for member `written` of `cluster`: the admin token, member operations
+/// enabled, a known member. Returns the operation's id and the member's `host:port`.
+pub(crate) async fn queue_operation(
     state: &AppState,
     req: &HttpRequest,
     cluster: &str,
-    address: &str,
+    written: &str,
     operation: OperationKind,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<(i64, String), ApiError> {
     state.tokens.require_admin(req)?;
     if !state.config.enable_member_operations {
         return Err(ApiError::Forbidden(
             "member operations are disabled; start the server with --enable-member-operations",
         ));
     }
-    let (_, rows) = load(state, cluster, true).await?;
+    let address = member_address(cluster, written)?;
     let cluster_row = find_cluster(state, cluster).await?;
+    let rows = state.store.members(cluster_row.id).await?;
     if !rows.iter().any(|m| m.address == address) {
         return Err(ApiError::NotFound(format!(
-            "no member `{address}` in `{cluster}`"
+            "no member `{written}` in `{cluster}`"
         )));
     }
     let id = state
         .store
-        .request_operation(cluster_row.id, address, operation, now_ms())
+        .request_operation(cluster_row.id, &address, operation, now_ms())
         .await?;
     tracing::info!(
         cluster,
@@ -211,9 +246,20 @@ async fn queue(
         id,
         "member operation queued"
     );
+    Ok((id, address))
+}
+
+async fn queue(
+    state: &AppState,
+    req: &HttpRequest,
+    cluster: &str,
+    written: &str,
+    operation: OperationKind,
+) -> Result<HttpResponse, ApiError> {
+    let (id, address) = queue_operation(state, req, cluster, written, operation).await?;
     Ok(HttpResponse::Accepted().json(OperationAccepted {
         id,
-        address: address.to_owned(),
+        address,
         operation: operation.as_str().to_owned(),
         message: "queued; the next agent of the cluster to report carries it out".to_owned(),
     }))
@@ -223,7 +269,7 @@ async fn queue(
 /// `--enable-member-operations`.
 #[utoipa::path(put, path = "/api/v1/clusters/{cluster}/members/{address}", tag = "members",
     params(("cluster" = String, Path, description = "Cluster name"),
-           ("address" = String, Path, description = "Member address, host:port")),
+           ("address" = String, Path, description = "Member address: `host:port`, or the full `troupe://<cluster>@host:port` (raw or percent-encoded)")),
     request_body(content = OperationRequest, content_type = "application/x-www-form-urlencoded"),
     responses((status = 202, body = OperationAccepted),
               (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
@@ -235,7 +281,7 @@ pub async fn operate(
     path: web::Path<(String, String)>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
-    let (cluster, address) = path.into_inner();
+    let (cluster, written) = path.into_inner();
     state.tokens.require_admin(&req)?;
     let parsed: Option<OperationRequest> = serde_json::from_slice(&body)
         .ok()
@@ -254,13 +300,13 @@ pub async fn operate(
             ));
         }
     };
-    queue(&state, &req, &cluster, &address, operation).await
+    queue(&state, &req, &cluster, &written, operation).await
 }
 
 /// Asks a member to leave; needs the admin token and `--enable-member-operations`.
 #[utoipa::path(delete, path = "/api/v1/clusters/{cluster}/members/{address}", tag = "members",
     params(("cluster" = String, Path, description = "Cluster name"),
-           ("address" = String, Path, description = "Member address, host:port")),
+           ("address" = String, Path, description = "Member address: `host:port`, or the full `troupe://<cluster>@host:port` (raw or percent-encoded)")),
     responses((status = 202, body = OperationAccepted), (status = 401, body = ErrorBody),
               (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
@@ -269,6 +315,6 @@ pub async fn leave(
     req: HttpRequest,
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
-    let (cluster, address) = path.into_inner();
-    queue(&state, &req, &cluster, &address, OperationKind::Leave).await
+    let (cluster, written) = path.into_inner();
+    queue(&state, &req, &cluster, &written, OperationKind::Leave).await
 }

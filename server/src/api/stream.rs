@@ -1,25 +1,37 @@
-//! `GET /api/v1/events/stream`: stored events live, as server-sent events.
+//! `GET /api/v1/events/stream`: stored events as server-sent events, resumable.
 //!
-//! Each event is `event: <Kind>` plus one JSON `data:` line (Akka Management's
-//! `/cluster/domain-events` shape). `type` (repeatable) and `cluster` filter. The stream opens
-//! with `retry: 3000` and sends a `: keep-alive` comment every 15 s; it ends when the server
-//! shuts down.
+//! Each event is `id: <position>`, `event: <Kind>` and one JSON `data:` line (Akka
+//! Management's `/cluster/domain-events` shape): the stored event with `cluster`, `node`,
+//! `incarnation`, `at` and `at_ms`. `type` (repeatable) and `cluster` filter.
+//!
+//! # Resume
+//! A client that reconnects with `Last-Event-ID` (an `EventSource` does by itself; or
+//! `?last_event_id=`) gets every event stored after that one, from the stored history, then
+//! the live ones: none missed, none repeated. Without it the stream starts at what is stored
+//! next. With `snapshot=true` a fresh stream (no `Last-Event-ID`) opens with one
+//! `CurrentClusterState` event per cluster (the members answer of
+//! `/clusters/{cluster}/members`), and continues exactly after it.
+//!
+//! The stream ends when the server shuts down; `retry: 3000` and a `: keep-alive` comment
+//! every 15 s keep proxies and browsers in step (see [`crate::sse`]).
 
 use std::str::FromStr;
-use std::time::Duration;
+use std::sync::Arc;
 
-use actix_web::web::Bytes;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
-use tokio::sync::broadcast::error::RecvError;
+use serde_json::{Map, Value};
 use troupe_protocol::EventKind;
 
+use super::clusters::find_cluster;
+use super::events::detail_json;
+use super::members::{agents, members_dto};
 use crate::error::{ApiError, ErrorBody};
-use crate::metrics::Metrics;
+use crate::feed::{Cursor, Feed, FeedItem, Scope};
 use crate::request::query;
+use crate::sse::{self, Frame};
 use crate::state::AppState;
-
-const KEEP_ALIVE: Duration = Duration::from_secs(15);
+use crate::time::rfc3339;
 
 /// Filters of the live stream.
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
@@ -28,89 +40,155 @@ pub struct StreamQuery {
     /// Only these kinds; repeat the parameter (`type=MemberUp&type=LeaderChanged`).
     #[serde(default, rename = "type")]
     pub kinds: Vec<String>,
-    /// Only this cluster.
+    /// Only this cluster (empty: every cluster).
     pub cluster: Option<String>,
+    /// Open a fresh stream with the current state of each cluster (`CurrentClusterState`).
+    #[serde(default)]
+    pub snapshot: bool,
+    /// Resume after this event id, for clients that cannot send `Last-Event-ID`.
+    pub last_event_id: Option<String>,
 }
 
-/// Streams events as they are stored.
-#[utoipa::path(get, path = "/api/v1/events/stream", tag = "events", params(StreamQuery),
+/// The kinds asked for (empty: all), or 400 naming the unknown one.
+pub(crate) fn parse_kinds(kinds: &[String]) -> Result<Vec<EventKind>, ApiError> {
+    kinds
+        .iter()
+        .flat_map(|k| k.split(','))
+        .filter(|k| !k.is_empty())
+        .map(|k| EventKind::from_str(k).map_err(|e| ApiError::BadRequest(e.to_string())))
+        .collect()
+}
+
+/// Where a stream resumes: `Last-Event-ID`, else `?last_event_id=`; 400 when it is not an id
+/// a stream sent.
+pub(crate) fn resume_from(
+    req: &HttpRequest,
+    query: Option<&str>,
+) -> Result<Option<Cursor>, ApiError> {
+    let header = req
+        .headers()
+        .get("last-event-id")
+        .map(|v| {
+            v.to_str()
+                .map(str::to_owned)
+                .map_err(|_| ApiError::BadRequest("`Last-Event-ID` must be text".to_owned()))
+        })
+        .transpose()?;
+    match header.as_deref().or(query).map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(text) => text
+            .parse()
+            .map(Some)
+            .map_err(|e: crate::feed::BadCursor| ApiError::BadRequest(e.to_string())),
+    }
+}
+
+/// The JSON the stream sends for a stored row.
+pub(crate) fn item_json(item: &FeedItem) -> Value {
+    let mut object = Map::new();
+    object.insert("cluster".into(), item.cluster().into());
+    let (node, incarnation, at_ms) = match item {
+        FeedItem::Event { row, .. } => (&row.node, row.incarnation, row.at_ms),
+        FeedItem::DeadLetter { row, .. } => (&row.node, row.incarnation, row.at_ms),
+    };
+    object.insert("node".into(), node.as_str().into());
+    object.insert(
+        "incarnation".into(),
+        (incarnation as u64).to_string().into(),
+    );
+    object.insert("at".into(), rfc3339(at_ms).into());
+    object.insert("at_ms".into(), at_ms.into());
+    match item {
+        FeedItem::Event { row, .. } => {
+            if let Value::Object(detail) = detail_json(&row.detail) {
+                object.extend(detail);
+            }
+        }
+        FeedItem::DeadLetter { row, .. } => {
+            object.insert("kind".into(), "DeadLetter".into());
+            object.insert("recipient".into(), row.recipient.as_str().into());
+            object.insert(
+                "sender".into(),
+                row.sender.as_deref().map_or(Value::Null, Into::into),
+            );
+            object.insert("message_type".into(), row.message_type.as_str().into());
+            object.insert("reason".into(), row.reason.as_str().into());
+        }
+    }
+    Value::Object(object)
+}
+
+/// Stored events as they are stored: `event: <Kind>`, `id:` to resume from, a JSON `data:`.
+#[utoipa::path(get, path = "/api/v1/events/stream", tag = "events", params(StreamQuery,
+        ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event (the `id:` of an event the stream sent)")),
     responses((status = 200, description = "text/event-stream", content_type = "text/event-stream", body = String),
-              (status = 400, body = ErrorBody)))]
+              (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+              (status = 503, body = ErrorBody)))]
 pub async fn stream(
     state: web::Data<AppState>,
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     let query: StreamQuery = query(&req)?;
-    let kinds = query
-        .kinds
-        .iter()
-        .flat_map(|k| k.split(','))
-        .filter(|k| !k.is_empty())
-        .map(|k| EventKind::from_str(k).map_err(|e| ApiError::BadRequest(e.to_string())))
-        .collect::<Result<Vec<_>, _>>()?;
-    let receiver = state.live.subscribe();
-    let shutdown = state.shutdown.clone();
-    let metrics = state.metrics.clone();
-    metrics.stream_clients(1);
-    let guard = ClientGuard(metrics);
-    let mut keep_alive =
-        tokio::time::interval_at(tokio::time::Instant::now() + KEEP_ALIVE, KEEP_ALIVE);
-    keep_alive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let opening = futures_util::stream::once(async {
-        Ok::<_, actix_web::Error>(Bytes::from_static(b"retry: 3000\n\n"))
-    });
-    let events = futures_util::stream::unfold(
-        (receiver, shutdown, keep_alive, guard),
-        move |(mut receiver, mut shutdown, mut keep_alive, guard)| {
-            let kinds = kinds.clone();
-            let cluster = query.cluster.clone();
-            async move {
-                loop {
-                    if *shutdown.borrow() {
-                        return None;
-                    }
-                    let frame = tokio::select! {
-                        received = receiver.recv() => match received {
-                            Ok(event) => {
-                                let wanted = (kinds.is_empty() || kinds.contains(&event.kind))
-                                    && cluster.as_ref().is_none_or(|c| *c == event.cluster);
-                                if !wanted {
-                                    continue;
-                                }
-                                format!("event: {}\ndata: {}\n\n", event.kind, event.json)
-                            }
-                            Err(RecvError::Lagged(missed)) => format!(": missed {missed} events\n\n"),
-                            Err(RecvError::Closed) => return None,
-                        },
-                        _ = keep_alive.tick() => ": keep-alive\n\n".to_owned(),
-                        _ = shutdown.changed() => return None,
-                    };
-                    return Some((
-                        Ok::<_, actix_web::Error>(Bytes::from(frame)),
-                        (receiver, shutdown, keep_alive, guard),
-                    ));
-                }
+    let kinds = parse_kinds(&query.kinds)?;
+    let resume = resume_from(&req, query.last_event_id.as_deref())?;
+    let scope = match query.cluster.as_deref().filter(|c| !c.is_empty()) {
+        Some(name) => {
+            let cluster = find_cluster(&state, name).await?;
+            Scope::One(cluster.id, Arc::from(cluster.name.as_str()))
+        }
+        None => Scope::All,
+    };
+    // Subscribed before any position is read, so no wake-up is lost in between.
+    let wake = state.live.subscribe();
+    let mut opening = Vec::new();
+    let cursor = match resume {
+        Some(cursor) => cursor,
+        None if query.snapshot => {
+            let names: Vec<String> = match &scope {
+                Scope::One(_, name) => vec![name.to_string()],
+                Scope::All => state
+                    .store
+                    .clusters()
+                    .await?
+                    .into_iter()
+                    .map(|c| c.name)
+                    .collect(),
+            };
+            let mut cursor = Cursor::default();
+            for name in names {
+                let Some(snapshot) = state.store.cluster_snapshot(&name).await? else {
+                    continue;
+                };
+                cursor.set(snapshot.cluster.id, snapshot.position);
+                let agents = agents(&state, snapshot.cluster.id).await?;
+                let members = members_dto(&snapshot.cluster, &snapshot.members, &agents, false);
+                opening.push(Frame {
+                    id: Some(cursor.to_string()),
+                    event: "CurrentClusterState".to_owned(),
+                    data: serde_json::to_string(&members).unwrap_or_default(),
+                });
             }
-        },
-    );
-    Ok(HttpResponse::Ok()
-        .content_type("text/event-stream")
-        .insert_header(("Cache-Control", "no-cache"))
-        .insert_header(("X-Accel-Buffering", "no"))
-        .streaming(futures_util::StreamExt::chain(opening, events)))
-}
-
-/// Counts the stream in `troupe_event_stream_clients` while it lives.
-struct ClientGuard(std::sync::Arc<Metrics>);
-
-impl std::fmt::Debug for ClientGuard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ClientGuard")
-    }
-}
-
-impl Drop for ClientGuard {
-    fn drop(&mut self) {
-        self.0.stream_clients(-1);
-    }
+            cursor
+        }
+        None => Feed::current(&state.store, &scope).await?,
+    };
+    let feed = Feed::open(state.store.clone(), wake, scope, cursor).await?;
+    let encode: sse::Encode = Box::new(move |item, id| {
+        let kind = item.kind()?;
+        if !kinds.is_empty() && !kinds.contains(&kind) {
+            return None;
+        }
+        Some(Frame {
+            id: Some(id),
+            event: kind.as_str().to_owned(),
+            data: item_json(item).to_string(),
+        })
+    });
+    Ok(sse::respond(
+        state.metrics.clone(),
+        state.shutdown.clone(),
+        opening,
+        feed,
+        encode,
+    ))
 }

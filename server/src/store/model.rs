@@ -109,6 +109,47 @@ pub struct DeadLetterRow {
     pub node: String,
 }
 
+/// A stored dead letter with its reporter's incarnation, for the live stream.
+#[derive(Debug, Clone, PartialEq, Eq, FromRow)]
+pub struct StreamDeadLetterRow {
+    /// Ascending id: the stream position.
+    pub id: i64,
+    /// When it happened.
+    pub at_ms: i64,
+    /// Where the message was going.
+    pub recipient: String,
+    /// Who sent it.
+    pub sender: Option<String>,
+    /// The message's type name.
+    pub message_type: String,
+    /// Why it was not delivered.
+    pub reason: String,
+    /// The reporting agent's address.
+    pub node: String,
+    /// The reporting agent's incarnation.
+    pub incarnation: i64,
+}
+
+/// Where a cluster's live stream stands: the last event and dead-letter ids delivered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct StreamPosition {
+    /// The last event id (0: none).
+    pub event_id: i64,
+    /// The last dead-letter id (0: none).
+    pub dead_letter_id: i64,
+}
+
+/// A cluster's current state and the stream position it is current at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterSnapshot {
+    /// The cluster (leader as of the snapshot).
+    pub cluster: ClusterRow,
+    /// Its members (removed ones included).
+    pub members: Vec<MemberRow>,
+    /// Events and dead letters after this position are not in the snapshot.
+    pub position: StreamPosition,
+}
+
 /// Dead letters in one minute.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, FromRow)]
 pub struct MinuteCount {

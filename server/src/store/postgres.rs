@@ -1,4 +1,10 @@
 //! PostgreSQL ingest: every row kind of a batch goes in with one `INSERT … SELECT FROM UNNEST`.
+//!
+//! # Stream order
+//! Events and dead letters are inserted last, after the cluster's transaction-scoped advisory
+//! lock: within a cluster their ids then grow in commit order, which is what lets the live
+//! stream resume from an id (see `crate::feed`). The lock is held only for those two inserts
+//! and the commit; state changes, rollups and depth ticks are written before it.
 
 use sqlx::PgPool;
 use troupe_protocol::ReportBatch;
@@ -32,6 +38,9 @@ const INSERT_DEPTH_TICKS: &str = "\
 INSERT INTO depth_ticks (cluster_id, agent_id, at_ms, samples)
 SELECT $1, $2, t.at_ms, t.samples FROM UNNEST($3::bigint[], $4::text[]) AS t(at_ms, samples)";
 
+/// The cluster's stream lock (two-int advisory lock space `0x7472` = "tr", the cluster id).
+const STREAM_LOCK: &str = "SELECT pg_advisory_xact_lock(29810, CAST($1 AS integer))";
+
 pub(super) async fn ingest(
     pool: &PgPool,
     batch: &ReportBatch,
@@ -48,6 +57,39 @@ pub(super) async fn ingest(
         tx.rollback().await?;
         return Ok((IngestOutcome::duplicate(), cluster_id));
     };
+    if !rows.dead_letter_minutes.minute_ms.is_empty() {
+        let m = &rows.dead_letter_minutes;
+        sqlx::query(UPSERT_DEAD_LETTER_MINUTES)
+            .bind(cluster_id)
+            .bind(agent_id)
+            .bind(&m.minute_ms)
+            .bind(&m.recipient)
+            .bind(&m.message_type)
+            .bind(&m.count)
+            .execute(&mut *tx)
+            .await?;
+    }
+    if !rows.depth_ticks.at_ms.is_empty() {
+        let t = &rows.depth_ticks;
+        sqlx::query(INSERT_DEPTH_TICKS)
+            .bind(cluster_id)
+            .bind(agent_id)
+            .bind(&t.at_ms)
+            .bind(&t.samples)
+            .execute(&mut *tx)
+            .await?;
+    }
+    apply_state_changes!(tx, cluster_id, agent_id, &changes);
+    let operations = take_operations!(tx, cluster_id, agent_id, received_ms);
+    if !rows.events.at_ms.is_empty() || !rows.dead_letters.at_ms.is_empty() {
+        // Event and dead-letter ids are the live stream's positions: taken under the
+        // cluster's lock, held until commit, they are assigned in commit order within the
+        // cluster, so a stream resuming after id N misses nothing committed later.
+        sqlx::query(STREAM_LOCK)
+            .bind(cluster_id)
+            .execute(&mut *tx)
+            .await?;
+    }
     if !rows.events.at_ms.is_empty() {
         let e = &rows.events;
         sqlx::query(INSERT_EVENTS)
@@ -73,30 +115,6 @@ pub(super) async fn ingest(
             .execute(&mut *tx)
             .await?;
     }
-    if !rows.dead_letter_minutes.minute_ms.is_empty() {
-        let m = &rows.dead_letter_minutes;
-        sqlx::query(UPSERT_DEAD_LETTER_MINUTES)
-            .bind(cluster_id)
-            .bind(agent_id)
-            .bind(&m.minute_ms)
-            .bind(&m.recipient)
-            .bind(&m.message_type)
-            .bind(&m.count)
-            .execute(&mut *tx)
-            .await?;
-    }
-    if !rows.depth_ticks.at_ms.is_empty() {
-        let t = &rows.depth_ticks;
-        sqlx::query(INSERT_DEPTH_TICKS)
-            .bind(cluster_id)
-            .bind(agent_id)
-            .bind(&t.at_ms)
-            .bind(&t.samples)
-            .execute(&mut *tx)
-            .await?;
-    }
-    apply_state_changes!(tx, cluster_id, agent_id, &changes);
-    let operations = take_operations!(tx, cluster_id, agent_id, received_ms);
     tx.commit().await?;
     Ok((rows.outcome(operations), cluster_id))
 }

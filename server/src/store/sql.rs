@@ -220,6 +220,28 @@ pub(crate) const RETENTION: [&str; 5] = [
          WHERE a.cluster_id = $3 AND b.received_ms < $1 LIMIT $2)",
 ];
 
+// --- the live stream: rows after a position, in id (= commit) order ---
+
+pub(crate) const STREAM_EVENTS: &str = "\
+SELECT e.id, e.at_ms, e.kind, e.subject, e.detail, a.node, a.incarnation
+FROM events e JOIN agents a ON a.id = e.agent_id
+WHERE e.cluster_id = $1 AND e.id > $2 ORDER BY e.id LIMIT $3";
+
+pub(crate) const STREAM_DEAD_LETTERS: &str = "\
+SELECT d.id, d.at_ms, d.recipient, d.sender, d.message_type, d.reason, a.node, a.incarnation
+FROM dead_letters d JOIN agents a ON a.id = d.agent_id
+WHERE d.cluster_id = $1 AND d.id > $2 ORDER BY d.id LIMIT $3";
+
+/// A cluster's newest positions: committed ids only, so nothing in flight is skipped.
+pub(crate) const STREAM_POSITION: &str = "\
+SELECT COALESCE((SELECT id FROM events WHERE cluster_id = $1 ORDER BY id DESC LIMIT 1), 0),
+    COALESCE((SELECT id FROM dead_letters WHERE cluster_id = $1 ORDER BY id DESC LIMIT 1), 0)";
+
+/// Makes a PostgreSQL transaction one snapshot for all its reads (SQLite's read transactions
+/// already are).
+pub(crate) const REPEATABLE_READ: &str =
+    "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY";
+
 // --- readiness ---
 
 /// The migrations applied successfully (sqlx's bookkeeping table).
