@@ -452,6 +452,9 @@ async fn a_send_the_transport_refuses_is_not_sent_both_for_try_tell_and_tell() {
         }
     };
     assert_eq!(letter.reason, DeadLetterReason::NotSent);
-    assert_eq!(letter.reason.to_string(), "not sent: the transport refused it");
+    assert_eq!(
+        letter.reason.to_string(),
+        "not sent: the transport refused it"
+    );
     a.system.shutdown().await;
 }
