@@ -38,6 +38,34 @@ pub fn binary(name: &str) -> PathBuf {
     path
 }
 
+/// The path of example `name` of workspace package `package`, building it first if this test
+/// run did not. A workspace run (`cargo nextest run`, `cargo test`) builds every example; a
+/// narrow run must include the package (`cargo nextest run -p troupe-agent -p troupe-e2e`), as
+/// for [`binary`], or it runs the example last built.
+///
+/// # Panics
+/// When the example cannot be built.
+#[must_use]
+pub fn example(package: &str, name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("test executable lives in target/<profile>/deps");
+    let path = profile_dir.join("examples").join(name);
+    if !path.exists() {
+        let status = std::process::Command::new(env!("CARGO"))
+            .args(["build", "-q", "-p", package, "--example", name])
+            .status()
+            .expect("run cargo build");
+        assert!(
+            status.success(),
+            "cargo build -p {package} --example {name} failed"
+        );
+    }
+    path
+}
+
 /// A free TCP port on 127.0.0.1 (free when asked; good enough for tests on loopback).
 ///
 /// # Panics
