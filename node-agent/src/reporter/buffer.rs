@@ -205,14 +205,10 @@ impl ReportBuffer {
     /// The server refused batch `sequence` as bad input: drop it, counting its events and
     /// samples as dropped (the next batch reports them). Returns how many items it held.
     pub fn refused(&mut self, sequence: u64) -> u64 {
-        if !self
+        let Some(pending) = self
             .in_flight
-            .as_ref()
-            .is_some_and(|p| p.sequence == sequence)
-        {
-            return 0;
-        }
-        let Some(pending) = self.in_flight.take() else {
+            .take_if(|pending| pending.sequence == sequence)
+        else {
             return 0;
         };
         for event in &pending.events {
