@@ -276,7 +276,9 @@ impl Store {
     /// The members of a cluster, by address: the current incarnation of each (removed ones
     /// included; see [`current_incarnations`]).
     pub async fn members(&self, cluster_id: i64) -> Result<Vec<MemberRow>, StoreError> {
-        Ok(current_incarnations(self.member_incarnations(cluster_id).await?))
+        Ok(current_incarnations(
+            self.member_incarnations(cluster_id).await?,
+        ))
     }
 
     /// Every member incarnation of a cluster, by address then uid.

@@ -757,7 +757,11 @@ async fn a_quick_restart_at_the_same_address_shows_the_new_incarnation_whatever_
             .iter()
             .map(|m| (m.address.as_str(), m.uid, m.status.as_str()))
             .collect();
-        assert_eq!(summary, [("b:1", 2, "up")], "removal first: {removal_first}");
+        assert_eq!(
+            summary,
+            [("b:1", 2, "up")],
+            "removal first: {removal_first}"
+        );
         let all = store.member_incarnations(cid).await.unwrap();
         let summary: Vec<_> = all.iter().map(|m| (m.uid, m.status.as_str())).collect();
         assert_eq!(summary, [(1, "removed"), (2, "up")]);
@@ -815,7 +819,13 @@ async fn a_removed_incarnations_unreachability_goes_with_it(store: &Store) {
 /// status never undoes a later one; the same status reported again keeps the earliest time.
 async fn a_members_status_never_moves_back_in_its_lifecycle(store: &Store) {
     let removed = BatchBuilder::new("app", "a:1", 1)
-        .member(10, EventBody::MemberRemoved, "b:1", MemberStatus::Removed, &[])
+        .member(
+            10,
+            EventBody::MemberRemoved,
+            "b:1",
+            MemberStatus::Removed,
+            &[],
+        )
         .member(30, EventBody::MemberUp, "c:1", MemberStatus::Up, &[])
         .build();
     // Another reporter whose clock is ahead says b:1 was up after it was removed, and saw

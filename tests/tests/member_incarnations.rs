@@ -107,10 +107,7 @@ async fn agents_agree(agents: &mut [Agent], round: usize) {
         for agent in agents.iter_mut() {
             counts.push(agent.counts().await);
         }
-        if counts
-            .iter()
-            .all(|c| *c == Some((AGENTS as u64, 0)))
-        {
+        if counts.iter().all(|c| *c == Some((AGENTS as u64, 0))) {
             return;
         }
         assert!(
