@@ -306,7 +306,9 @@ impl Metrics {
             node: node.to_owned(),
         };
         self.agent_lag.get_or_create(&labels).set(lag_seconds);
-        self.agent_clock_skew.get_or_create(&labels).set(skew_seconds);
+        self.agent_clock_skew
+            .get_or_create(&labels)
+            .set(skew_seconds);
         self.agent_last_report
             .get_or_create(&labels)
             .set(received_ms as f64 / 1000.0);

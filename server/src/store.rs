@@ -177,7 +177,7 @@ impl Store {
     fn with_backend(backend: Backend) -> Self {
         Self {
             backend,
-            max_clock_skew_ms: DEFAULT_MAX_CLOCK_SKEW_MS,
+            max_clock_skew_ms: DEFAULT_MAX_CLOCK_SKEW_MS as i64,
             cluster_ids: Arc::default(),
         }
     }

@@ -793,7 +793,13 @@ async fn a_reporter_clock_ten_years_ahead_never_freezes_the_current_state(store:
     let now = troupe_server::time::now_ms();
     let fixed = BatchBuilder::new("app", "a:1", 2)
         .sent_at(now)
-        .member(now, EventBody::MemberReachable, "b:1", MemberStatus::Up, &[])
+        .member(
+            now,
+            EventBody::MemberReachable,
+            "b:1",
+            MemberStatus::Up,
+            &[],
+        )
         .event(
             now,
             EventBody::LeaderChanged(LeaderChange {

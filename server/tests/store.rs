@@ -387,7 +387,8 @@ async fn dead_letters_filter_by_recipient_and_type_and_count_per_minute(store: &
         .dead_letter(61_000, "/user/b", "A")
         .dead_letter(62_000, "/user/a", "A")
         .build();
-    store.ingest(&batch, 1).await.unwrap();
+    // Received after the events (a time ahead of the receive time would be clamped).
+    store.ingest(&batch, 100_000).await.unwrap();
     let cid = cluster_id(store, "app").await;
     let filter = DeadLetterFilter {
         recipient: Some("/user/a".into()),
@@ -701,7 +702,7 @@ async fn per_minute_counts_add_up_across_batches_and_agents_and_ignore_retries(s
         .dead_letter(4_000, "/user/a", "A")
         .build();
     for batch in [&first, &second, &first, &other_agent, &second] {
-        store.ingest(batch, 1).await.unwrap();
+        store.ingest(batch, 100_000).await.unwrap();
     }
     let counts = store
         .dead_letter_counts(
