@@ -166,9 +166,8 @@ async fn build(state: &AppState, req: &HttpRequest) -> Result<SingletonsPage, Ui
                 Some((*at, *id, change))
             })
             .collect();
-        let (confirmed, unknown): (Vec<Overlap<'_>>, Vec<Overlap<'_>>) = overlaps(&changes)
-            .into_iter()
-            .partition(|o| o.confirmed);
+        let (confirmed, unknown): (Vec<Overlap<'_>>, Vec<Overlap<'_>>) =
+            overlaps(&changes).into_iter().partition(|o| o.confirmed);
         let overlaps = confirmed
             .iter()
             .map(|o| {
@@ -327,7 +326,11 @@ mod tests {
             (30, 6, HandedOver("b")),
         ];
         assert!(overlaps(&history).is_empty());
-        let stop_same_ms = [(10, 1, Started("a")), (30, 5, Started("b")), (30, 9, Stopped("a"))];
+        let stop_same_ms = [
+            (10, 1, Started("a")),
+            (30, 5, Started("b")),
+            (30, 9, Stopped("a")),
+        ];
         assert!(overlaps(&stop_same_ms).is_empty());
     }
 
@@ -347,7 +350,11 @@ mod tests {
         let history = [(10, 1, Started("a")), (31, 2, Started("b"))];
         assert_eq!(summary(&overlaps(&history)), [(31, "b", vec!["a"], false)]);
         // A later hand-over acknowledged by `a` does not tell when it stopped either.
-        let handed = [(10, 1, Started("a")), (31, 2, Started("b")), (50, 3, HandedOver("c"))];
+        let handed = [
+            (10, 1, Started("a")),
+            (31, 2, Started("b")),
+            (50, 3, HandedOver("c")),
+        ];
         assert_eq!(summary(&overlaps(&handed)), [(31, "b", vec!["a"], false)]);
     }
 }
