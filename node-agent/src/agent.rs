@@ -215,6 +215,11 @@ impl AgentBuilder {
             actors,
         } = self;
         config.check(membership.is_some())?;
+        // A bad CA file fails the start, before the node joins anything.
+        let report_client = match &config.control_plane {
+            Some(_) => Some(reporter::shipper::client(config.control_plane_ca.as_deref())?),
+            None => None,
+        };
         // Bind the management listener first: a taken port fails the start before the node
         // joins anything.
         let management_listener = tokio::net::TcpListener::bind(config.management_bind)
@@ -298,7 +303,7 @@ impl AgentBuilder {
                 }
             });
         }
-        let reporter = config.control_plane.as_deref().map(|url| {
+        let reporter = config.control_plane.as_deref().zip(report_client).map(|(url, client)| {
             let identity = troupe_protocol::AgentIdentity {
                 cluster: config.system.clone(),
                 node: cluster.self_address().host_port(),
@@ -307,7 +312,12 @@ impl AgentBuilder {
                     node: config.node_name.clone(),
                 },
             };
-            let shipper = reporter::shipper::Shipper::new(url, &config.ingest_token, identity);
+            let shipper = reporter::shipper::Shipper::with_client(
+                client,
+                url,
+                &config.ingest_token,
+                identity,
+            );
             let settings = reporter::ReporterSettings {
                 flush_interval: Duration::from_millis(config.report_interval_ms.max(10)),
                 ..reporter::ReporterSettings::default()

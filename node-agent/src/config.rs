@@ -232,6 +232,11 @@ pub struct AgentConfig {
     /// reporting.
     #[arg(long, env = "TROUPE_CONTROL_PLANE_URL")]
     pub control_plane: Option<String>,
+    /// PEM file of the certificate authority that signed the control plane's certificate:
+    /// reports then go over HTTPS trusting only that CA (the URL must be https://). Unset:
+    /// an https:// URL is verified against the bundled public roots (webpki-roots).
+    #[arg(long, env = "TROUPE_CONTROL_PLANE_CA")]
+    pub control_plane_ca: Option<std::path::PathBuf>,
     /// Bearer token for the control plane's ingest endpoint.
     #[arg(
         long,
@@ -406,6 +411,23 @@ impl AgentConfig {
     /// [`AgentConfig::validate`], leaving out the membership flags when the application
     /// brings its own membership provider.
     pub fn check(&self, own_membership: bool) -> Result<(), ConfigError> {
+        if self.control_plane_ca.is_some() {
+            match self.control_plane.as_deref() {
+                Some(url) if url.starts_with("https://") => {}
+                Some(url) => {
+                    return refuse(format!(
+                        "--control-plane-ca (TROUPE_CONTROL_PLANE_CA) needs an https:// \
+                         --control-plane URL, got {url:?}: reports would go in plain HTTP"
+                    ));
+                }
+                None => {
+                    return refuse(
+                        "--control-plane-ca (TROUPE_CONTROL_PLANE_CA) needs --control-plane \
+                         (TROUPE_CONTROL_PLANE_URL), an https:// URL",
+                    );
+                }
+            }
+        }
         let membership = self.membership;
         let lease = self.singleton_lease_kind();
         let directory = self.directory_kind();
@@ -652,6 +674,32 @@ mod tests {
     }
 
     const SEED: &str = "troupe://troupe@127.0.0.1:2552";
+
+    #[test]
+    fn a_control_plane_ca_needs_an_https_url() {
+        let message = refused(&[
+            "--seed",
+            SEED,
+            "--control-plane",
+            "http://cp:8080",
+            "--control-plane-ca",
+            "/ca.pem",
+        ]);
+        assert!(
+            message.contains("--control-plane-ca") && message.contains("https://"),
+            "{message}"
+        );
+        let config = parse(&[
+            "--seed",
+            SEED,
+            "--control-plane",
+            "https://cp:8443",
+            "--control-plane-ca",
+            "/ca.pem",
+        ])
+        .unwrap();
+        config.validate().unwrap();
+    }
 
     #[test]
     fn the_defaults_are_gossip_without_a_lease_and_need_a_seed() {

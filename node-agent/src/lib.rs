@@ -60,6 +60,9 @@ pub enum AgentError {
         /// Why binding failed.
         error: std::io::Error,
     },
+    /// The control plane's CA file (`--control-plane-ca`) is unusable.
+    #[error(transparent)]
+    Reporter(#[from] reporter::shipper::ShipperError),
     /// The demo workload could not start.
     #[error(transparent)]
     Demo(#[from] demo::DemoError),

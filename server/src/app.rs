@@ -43,6 +43,9 @@ pub enum AppError {
     /// The coordination backend could not be set up.
     #[error("coordination backend: {0}")]
     Coordination(String),
+    /// The TLS certificate or key could not be used.
+    #[error("tls: {0}")]
+    Tls(#[from] crate::tls::TlsError),
     /// The listen address could not be bound, or the server failed.
     #[error("http server: {0}")]
     Io(#[from] std::io::Error),
@@ -103,6 +106,7 @@ pub async fn coordination_backend(
 /// The server, bound and ready to run.
 pub struct App {
     server: Server,
+    scheme: &'static str,
     local_addr: SocketAddr,
     state: AppState,
     trigger: ShutdownTrigger,
@@ -134,6 +138,10 @@ impl App {
             }
         };
         tracing::info!(backend = ?store.backend(), "store ready, migrations applied");
+        let tls = match (&config.tls_cert, &config.tls_key) {
+            (Some(cert), Some(key)) => Some(crate::tls::server_config(cert, key)?),
+            _ => None,
+        };
         let listener = TcpListener::bind(config.listen)?;
         let local_addr = listener.local_addr()?;
         let workers = config.workers;
@@ -186,9 +194,15 @@ impl App {
         if let Some(workers) = workers {
             server = server.workers(workers.max(1));
         }
-        let server = server.listen(listener)?.run();
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let server = match tls {
+            Some(tls) => server.listen_rustls_0_23(listener, tls)?,
+            None => server.listen(listener)?,
+        }
+        .run();
         Ok(Self {
             server,
+            scheme,
             local_addr,
             state,
             trigger,
@@ -217,15 +231,16 @@ impl App {
     pub async fn run(self) -> Result<(), AppError> {
         let Self {
             server,
+            scheme,
             local_addr,
             state,
             trigger,
         } = self;
         tracing::info!(
-            api = %format!("http://{local_addr}/api/v1"),
-            docs = %format!("http://{local_addr}/api/v1/docs"),
-            dashboard = %format!("http://{local_addr}/ui/"),
-            metrics = %format!("http://{local_addr}/metrics"),
+            api = %format!("{scheme}://{local_addr}/api/v1"),
+            docs = %format!("{scheme}://{local_addr}/api/v1/docs"),
+            dashboard = %format!("{scheme}://{local_addr}/ui/"),
+            metrics = %format!("{scheme}://{local_addr}/metrics"),
             "troupe control plane listening"
         );
         let retention = state.config.retention().map(|keep| {

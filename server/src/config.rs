@@ -17,6 +17,15 @@ pub struct Config {
     #[arg(long, env = "TROUPE_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
 
+    /// PEM certificate chain for HTTPS on --listen (with --tls-key): every route is then
+    /// served over TLS only. Unset: plain HTTP.
+    #[arg(long, env = "TROUPE_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --tls-cert (PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, env = "TROUPE_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
     /// PostgreSQL URL (`postgres://user:pass@host/db`), the production store. Without it the
     /// server keeps its history in an embedded SQLite file (see --sqlite-path).
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
@@ -164,6 +173,8 @@ impl Config {
     pub fn defaults() -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            tls_cert: None,
+            tls_key: None,
             database_url: None,
             sqlite_path: PathBuf::from("troupe-control-plane.sqlite"),
             db_max_connections: 8,

@@ -42,6 +42,7 @@ pub mod telemetry;
 #[cfg(feature = "test-util")]
 pub mod testing;
 pub mod time;
+pub mod tls;
 pub mod ui;
 
 pub use app::{App, AppError};

@@ -1,4 +1,10 @@
-//! Ships batches to the control plane over HTTP, retrying with backoff while it is away.
+//! Ships batches to the control plane over HTTP or HTTPS, retrying with backoff while it is
+//! away.
+//!
+//! # TLS
+//! An `https://` URL is verified against the bundled public roots, or, with a CA file
+//! ([`Shipper::with_ca`], `--control-plane-ca`), against that CA only: a server whose
+//! certificate another CA signed is refused (no report is sent).
 
 use std::time::Duration;
 
@@ -37,6 +43,59 @@ impl ShipError {
     }
 }
 
+/// Why a shipper could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ShipperError {
+    /// The CA file could not be read.
+    #[error("--control-plane-ca {path}: {source}")]
+    ReadCa {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The CA file holds no PEM certificate.
+    #[error("--control-plane-ca {0}: no PEM certificate in the file")]
+    NoCertificate(std::path::PathBuf),
+    /// The CA file holds no usable PEM certificate, or the client could not be built.
+    #[error("--control-plane-ca {path}: {source}")]
+    Client {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: reqwest::Error,
+    },
+}
+
+/// The HTTP client reports go through: verifying HTTPS against the bundled public roots, or,
+/// with `ca`, against the certificate authorities in that PEM file only (and then HTTPS only).
+pub fn client(ca: Option<&std::path::Path>) -> Result<reqwest::Client, ShipperError> {
+    let builder = reqwest::Client::builder().timeout(Duration::from_secs(10));
+    let Some(ca) = ca else {
+        return builder.build().map_err(|source| ShipperError::Client {
+            path: std::path::PathBuf::new(),
+            source,
+        });
+    };
+    let pem = std::fs::read(ca).map_err(|source| ShipperError::ReadCa {
+        path: ca.to_owned(),
+        source,
+    })?;
+    let client_error = |source| ShipperError::Client {
+        path: ca.to_owned(),
+        source,
+    };
+    let roots = reqwest::Certificate::from_pem_bundle(&pem).map_err(client_error)?;
+    if roots.is_empty() {
+        return Err(ShipperError::NoCertificate(ca.to_owned()));
+    }
+    let mut builder = builder.tls_built_in_root_certs(false).https_only(true);
+    for root in roots {
+        builder = builder.add_root_certificate(root);
+    }
+    builder.build().map_err(client_error)
+}
+
 /// An HTTP client for the ingest endpoint.
 #[derive(Debug, Clone)]
 pub struct Shipper {
@@ -57,6 +116,17 @@ impl Shipper {
             .timeout(Duration::from_secs(10))
             .build()
             .expect("HTTP client");
+        Self::with_client(client, base_url, token, identity)
+    }
+
+    /// A shipper posting through `client` (see [`client()`]).
+    #[must_use]
+    pub fn with_client(
+        client: reqwest::Client,
+        base_url: &str,
+        token: &str,
+        identity: AgentIdentity,
+    ) -> Self {
         Self {
             client,
             url: format!("{}/api/v1/ingest", base_url.trim_end_matches('/')),
