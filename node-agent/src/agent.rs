@@ -252,7 +252,7 @@ impl AgentBuilder {
         let (inbound_tx, inbound_rx) = mpsc::channel(4_096);
         let transport_config = TcpTransportConfig::new(&config.system, config.bind, secret)
             .with_advertised_host(&host)
-            .with_incarnation(rand::random());
+            .with_incarnation(config.incarnation.unwrap_or_else(rand::random));
         let transport = TcpTransport::bind(transport_config, inbound_tx)
             .await
             .map_err(|e| AgentError::Transport(e.to_string()))?;
@@ -409,6 +409,7 @@ impl AgentBuilder {
         }
         tracing::info!(
             node = %cluster.self_node(),
+            incarnation = cluster.self_node().incarnation,
             management = %management_url,
             membership = %if gossip { MembershipKind::Gossip.to_string() } else { config.membership.to_string() },
             "agent started"
