@@ -56,6 +56,10 @@ store_suite!(
     concurrent_batches_touching_the_same_members_in_opposite_orders_all_commit,
     history_is_ordered_by_event_time_not_arrival,
     per_minute_counts_add_up_across_batches_and_agents_and_ignore_retries,
+    a_quick_restart_at_the_same_address_shows_the_new_incarnation_whatever_the_arrival_order,
+    a_removed_incarnations_unreachability_goes_with_it,
+    a_members_status_never_moves_back_in_its_lifecycle,
+    an_agents_later_batch_wins_whatever_its_times_say_and_future_times_are_clamped,
 );
 
 async fn cluster_id(store: &Store, name: &str) -> i64 {
@@ -383,7 +387,8 @@ async fn dead_letters_filter_by_recipient_and_type_and_count_per_minute(store: &
         .dead_letter(61_000, "/user/b", "A")
         .dead_letter(62_000, "/user/a", "A")
         .build();
-    store.ingest(&batch, 1).await.unwrap();
+    // Received after the events (a time ahead of the receive time would be clamped).
+    store.ingest(&batch, 100_000).await.unwrap();
     let cid = cluster_id(store, "app").await;
     let filter = DeadLetterFilter {
         recipient: Some("/user/a".into()),
@@ -697,7 +702,7 @@ async fn per_minute_counts_add_up_across_batches_and_agents_and_ignore_retries(s
         .dead_letter(4_000, "/user/a", "A")
         .build();
     for batch in [&first, &second, &first, &other_agent, &second] {
-        store.ingest(batch, 1).await.unwrap();
+        store.ingest(batch, 100_000).await.unwrap();
     }
     let counts = store
         .dead_letter_counts(
@@ -715,4 +720,199 @@ async fn per_minute_counts_add_up_across_batches_and_agents_and_ignore_retries(s
         [(0, 4), (60_000, 1)],
         "the minute holding `since` counts whole"
     );
+}
+
+/// The old incarnation's removal and the new one's `MemberUp` in the same millisecond (the
+/// 4-of-7 failure of issue 14), delivered in both orders and by different reporters: the
+/// address shows the new incarnation up, and the old one's removal is kept on its own row.
+async fn a_quick_restart_at_the_same_address_shows_the_new_incarnation_whatever_the_arrival_order(
+    store: &Store,
+) {
+    for (cluster, removal_first) in [("first", true), ("second", false)] {
+        let old_up = BatchBuilder::new(cluster, "a:1", 1)
+            .member_incarnation(10, EventBody::MemberUp, "b:1", 1, MemberStatus::Up, &[])
+            .build();
+        let new_up = BatchBuilder::new(cluster, "a:1", 2)
+            .member_incarnation(50, EventBody::MemberUp, "b:1", 2, MemberStatus::Up, &[])
+            .build();
+        let old_removed = BatchBuilder::new(cluster, "c:1", 1)
+            .member_incarnation(
+                50,
+                EventBody::MemberRemoved,
+                "b:1",
+                1,
+                MemberStatus::Removed,
+                &[],
+            )
+            .build();
+        store.ingest(&old_up, 1).await.unwrap();
+        if removal_first {
+            store.ingest(&old_removed, 2).await.unwrap();
+            store.ingest(&new_up, 2).await.unwrap();
+        } else {
+            store.ingest(&new_up, 2).await.unwrap();
+            store.ingest(&old_removed, 2).await.unwrap();
+        }
+        let cid = cluster_id(store, cluster).await;
+        let members = store.members(cid).await.unwrap();
+        let summary: Vec<_> = members
+            .iter()
+            .map(|m| (m.address.as_str(), m.uid, m.status.as_str()))
+            .collect();
+        assert_eq!(
+            summary,
+            [("b:1", 2, "up")],
+            "removal first: {removal_first}"
+        );
+        let all = store.member_incarnations(cid).await.unwrap();
+        let summary: Vec<_> = all.iter().map(|m| (m.uid, m.status.as_str())).collect();
+        assert_eq!(summary, [(1, "removed"), (2, "up")]);
+    }
+}
+
+/// Issue 14's stale unreachable: the old incarnation was unreachable when it was killed; its
+/// `MemberReachable` never comes. The new incarnation is reachable, and an unreachable report
+/// about the old one arriving late does not touch it.
+async fn a_removed_incarnations_unreachability_goes_with_it(store: &Store) {
+    let old = BatchBuilder::new("app", "a:1", 1)
+        .member_incarnation(1, EventBody::MemberUp, "b:1", 1, MemberStatus::Up, &[])
+        .member_incarnation(
+            2,
+            EventBody::MemberUnreachable,
+            "b:1",
+            1,
+            MemberStatus::Up,
+            &[],
+        )
+        .build();
+    store.ingest(&old, 1).await.unwrap();
+    let new = BatchBuilder::new("app", "a:1", 2)
+        .member_incarnation(
+            3,
+            EventBody::MemberRemoved,
+            "b:1",
+            1,
+            MemberStatus::Removed,
+            &[],
+        )
+        .member_incarnation(4, EventBody::MemberUp, "b:1", 2, MemberStatus::Up, &[])
+        .build();
+    store.ingest(&new, 2).await.unwrap();
+    let late = BatchBuilder::new("app", "c:1", 1)
+        .member_incarnation(
+            5,
+            EventBody::MemberUnreachable,
+            "b:1",
+            1,
+            MemberStatus::Up,
+            &[],
+        )
+        .build();
+    store.ingest(&late, 3).await.unwrap();
+    let cid = cluster_id(store, "app").await;
+    let members = store.members(cid).await.unwrap();
+    assert_eq!(members.len(), 1);
+    assert_eq!((members[0].uid, members[0].status.as_str()), (2, "up"));
+    assert!(members[0].reachable, "{members:?}");
+    assert_eq!(members[0].observers, "[]");
+}
+
+/// Statuses merge the way gossip merges them: a late or clock-skewed report of an earlier
+/// status never undoes a later one; the same status reported again keeps the earliest time.
+async fn a_members_status_never_moves_back_in_its_lifecycle(store: &Store) {
+    let removed = BatchBuilder::new("app", "a:1", 1)
+        .member(
+            10,
+            EventBody::MemberRemoved,
+            "b:1",
+            MemberStatus::Removed,
+            &[],
+        )
+        .member(30, EventBody::MemberUp, "c:1", MemberStatus::Up, &[])
+        .build();
+    // Another reporter whose clock is ahead says b:1 was up after it was removed, and saw
+    // c:1 come up later than the first reporter did.
+    let skewed = BatchBuilder::new("app", "d:1", 1)
+        .member(20, EventBody::MemberUp, "b:1", MemberStatus::Up, &[])
+        .member(40, EventBody::MemberUp, "c:1", MemberStatus::Up, &[])
+        .build();
+    store.ingest(&removed, 1).await.unwrap();
+    store.ingest(&skewed, 2).await.unwrap();
+    let cid = cluster_id(store, "app").await;
+    let members = store.members(cid).await.unwrap();
+    let summary: Vec<_> = members
+        .iter()
+        .map(|m| (m.address.as_str(), m.status.as_str(), m.status_ms))
+        .collect();
+    assert_eq!(summary, [("b:1", "removed", 10), ("c:1", "up", 30)]);
+}
+
+/// Issue 14, item 8: one agent's reports are ordered by its batch sequence, another agent's by
+/// time; a time beyond the receive time plus the allowed skew is stored as the receive time.
+async fn an_agents_later_batch_wins_whatever_its_times_say_and_future_times_are_clamped(
+    store: &Store,
+) {
+    use troupe_protocol::{AgentHealth, HealthChange};
+    let leader = |who: &str| {
+        EventBody::LeaderChanged(LeaderChange {
+            leader: Some(who.to_owned()),
+        })
+    };
+    let health = |health| {
+        EventBody::AgentHealthChanged(HealthChange {
+            health,
+            reason: None,
+        })
+    };
+    let first = BatchBuilder::new("app", "a:1", 1)
+        .event(100, leader("x:1"))
+        .event(100, health(AgentHealth::Ready))
+        .build();
+    let second = BatchBuilder::new("app", "a:1", 2)
+        .event(90, leader("y:1"))
+        .event(90, health(AgentHealth::Draining))
+        .build();
+    let other_older = BatchBuilder::new("app", "b:1", 1)
+        .event(80, leader("z:1"))
+        .build();
+    store.ingest(&first, 50).await.unwrap();
+    store.ingest(&second, 60).await.unwrap();
+    store.ingest(&other_older, 70).await.unwrap();
+    let cid = cluster_id(store, "app").await;
+    let cluster = store.cluster("app").await.unwrap().unwrap();
+    assert_eq!(cluster.leader.as_deref(), Some("y:1"));
+    let agents = store.agents(cid).await.unwrap();
+    let a = agents.iter().find(|a| a.node == "a:1").unwrap();
+    assert_eq!(a.health.as_deref(), Some("draining"));
+
+    let ten_years = 3_652 * 86_400_000;
+    let future = BatchBuilder::new("app", "c:1", 1)
+        .sent_at(1_000 + ten_years)
+        .event(1_000 + ten_years, leader("c:1"))
+        .build();
+    store.ingest(&future, 1_000).await.unwrap();
+    let correct = BatchBuilder::new("app", "b:1", 2)
+        .event(1_010, leader("b:1"))
+        .build();
+    store.ingest(&correct, 1_020).await.unwrap();
+    let cluster = store.cluster("app").await.unwrap().unwrap();
+    assert_eq!(
+        cluster.leader.as_deref(),
+        Some("b:1"),
+        "a correct report after one from the future"
+    );
+    let events = store
+        .events(
+            cid,
+            &EventFilter {
+                node: Some("c:1".into()),
+                ..all_events()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(events[0].at_ms, 1_000, "stored at the receive time");
+    let agents = store.agents(cid).await.unwrap();
+    let c = agents.iter().find(|a| a.node == "c:1").unwrap();
+    assert_eq!(c.clock_skew_ms, ten_years, "the skew is recorded");
 }

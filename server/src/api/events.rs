@@ -24,7 +24,8 @@ use crate::time::{datetime, parse_time};
 pub struct EventDto {
     /// Its id (ascending in storage order; ties of `at_ms` are ordered by it).
     pub id: i64,
-    /// When it happened (reporting node's clock).
+    /// When it happened (reporting node's clock; a time more than `--max-clock-skew-ms` ahead
+    /// of the server's receive time is stored as the receive time).
     pub at: DateTime<Utc>,
     /// The same, epoch milliseconds.
     pub at_ms: i64,

@@ -64,19 +64,23 @@ async fn receive(
 ) -> Result<HttpResponse, ApiError> {
     state.tokens.require_ingest(req)?;
     let body = read_limited(req, payload, state.config.max_body_bytes).await?;
-    let batch = parse(&body)?;
+    let parsed = parse(&body)?;
+    let received_ms = now_ms();
+    // What is stored, streamed and exported: times too far ahead of ours clamped.
+    let batch = state.store.clamp_times(&parsed, received_ms);
     let store_started = Instant::now();
-    let outcome = state.store.ingest(&batch, now_ms()).await?;
+    let outcome = state.store.ingest(&batch, received_ms).await?;
     state
         .metrics
         .store_write(store_started.elapsed().as_secs_f64());
     let id = &batch.identity;
-    let received_ms = now_ms();
+    let answered_ms = now_ms();
     state.metrics.agent_report(
         &id.cluster,
         &id.node,
-        (received_ms - batch.sent_at_ms).max(0) as f64 / 1000.0,
-        received_ms,
+        (answered_ms - batch.sent_at_ms).max(0) as f64 / 1000.0,
+        batch.sent_at_ms.saturating_sub(received_ms) as f64 / 1000.0,
+        answered_ms,
     );
     if outcome.duplicate {
         state

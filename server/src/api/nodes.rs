@@ -51,6 +51,11 @@ pub struct NodeDto {
     pub last_sequence: i64,
     /// Dropped items (running totals).
     pub dropped: DroppedDto,
+    /// Its clock minus the server's, in milliseconds, measured on its latest batch (send
+    /// time minus receive time, so transit makes a correct clock slightly negative). Event
+    /// times more than `--max-clock-skew-ms` ahead of the receive time are stored as the
+    /// receive time.
+    pub clock_skew_ms: i64,
 }
 
 impl From<AgentRow> for NodeDto {
@@ -64,6 +69,7 @@ impl From<AgentRow> for NodeDto {
             last_report: datetime(row.last_report_ms),
             last_sent: datetime(row.last_sent_ms),
             last_sequence: row.last_sequence,
+            clock_skew_ms: row.clock_skew_ms,
             dropped: DroppedDto {
                 membership: row.dropped_membership,
                 singleton: row.dropped_singleton,

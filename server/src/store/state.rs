@@ -5,26 +5,44 @@
 //! arrive out of order, so every change carries the event time and the SQL applies it only if
 //! it is not older than what is stored (`stored_ms <= at_ms`). Within one batch, later events
 //! win ties.
+//!
+//! # Clocks
+//! The server does not trust a reporter's clock alone. Event times later than the receive
+//! time plus the allowed skew ([`clamp_times`], `--max-clock-skew-ms`) are stored as the
+//! receive time. A current-state value remembers the agent incarnation and batch sequence that
+//! set it: a later batch of the same agent replaces it whatever its times say (an agent's own
+//! reports are ordered by its sequence), a report of another agent when its time is not older.
+//!
+//! # Incarnations
+//! Member state is kept per incarnation (address and uid): a restarted process at the same
+//! `host:port` is another member, and an event about the old incarnation (its removal, its
+//! reachability) never touches the new one's row. A member's status only moves forward in its
+//! lifecycle ([`status_rank`], the order gossip merges statuses in), so reports arriving in
+//! any order, from any reporter, end at the most advanced status reported; among reports of
+//! the same status the earliest time is kept as "since when".
 
-use troupe_protocol::{AgentIdentity, EventBody, MemberChange, ReportBatch};
+use troupe_protocol::{AgentIdentity, EventBody, MemberChange, MemberStatus, ReportBatch};
 
 /// One change to the current-state tables.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum StateChange {
-    /// A member's status (and identity, roles) changed.
+    /// A member incarnation's status (and roles) changed.
     MemberStatus {
         at_ms: i64,
         address: String,
         uid: i64,
         status: &'static str,
+        /// The status's place in the lifecycle (see [`status_rank`]).
+        rank: i64,
         roles: String,
     },
-    /// A member's reachability changed.
+    /// A member incarnation's reachability changed.
     Reachability {
         at_ms: i64,
         address: String,
         uid: i64,
         status: &'static str,
+        rank: i64,
         roles: String,
         reachable: bool,
         observers: String,
@@ -67,6 +85,35 @@ pub(crate) enum StateChange {
     Health { at_ms: i64, health: &'static str },
 }
 
+/// `batch` with every event and depth-tick time later than `received_ms + max_ahead_ms`
+/// clamped to `received_ms` (a clock ahead of the server's by more than the allowed skew): a
+/// report dated in the future can never outrank the reports that follow it. Borrowed when no
+/// time needs clamping.
+pub(crate) fn clamp_times(
+    batch: &ReportBatch,
+    received_ms: i64,
+    max_ahead_ms: i64,
+) -> std::borrow::Cow<'_, ReportBatch> {
+    let limit = received_ms.saturating_add(max_ahead_ms);
+    let ahead = batch.events.iter().any(|e| e.at_ms > limit)
+        || batch.depth_samples.iter().any(|t| t.at_ms > limit);
+    if !ahead {
+        return std::borrow::Cow::Borrowed(batch);
+    }
+    let mut clamped = batch.clone();
+    for event in &mut clamped.events {
+        if event.at_ms > limit {
+            event.at_ms = received_ms;
+        }
+    }
+    for tick in &mut clamped.depth_samples {
+        if tick.at_ms > limit {
+            tick.at_ms = received_ms;
+        }
+    }
+    std::borrow::Cow::Owned(clamped)
+}
+
 /// The state changes in `batch`, in batch order.
 ///
 /// Member status, reachability, leader and health changes overwrite whole values, so only the
@@ -99,8 +146,8 @@ pub(crate) fn state_changes(batch: &ReportBatch) -> Vec<StateChange> {
 /// Which value a change overwrites whole, if it does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum OverwriteKey<'a> {
-    MemberStatus(&'a str),
-    Reachability(&'a str),
+    MemberStatus(&'a str, i64),
+    Reachability(&'a str, i64),
     Leader,
     Health,
 }
@@ -121,8 +168,12 @@ impl StateChange {
 
     fn overwrite_key(&self) -> Option<OverwriteKey<'_>> {
         match self {
-            Self::MemberStatus { address, .. } => Some(OverwriteKey::MemberStatus(address)),
-            Self::Reachability { address, .. } => Some(OverwriteKey::Reachability(address)),
+            Self::MemberStatus { address, uid, .. } => {
+                Some(OverwriteKey::MemberStatus(address, *uid))
+            }
+            Self::Reachability { address, uid, .. } => {
+                Some(OverwriteKey::Reachability(address, *uid))
+            }
             Self::Leader { .. } => Some(OverwriteKey::Leader),
             Self::Health { .. } => Some(OverwriteKey::Health),
             _ => None,
@@ -134,12 +185,22 @@ fn roles_json(change: &MemberChange) -> String {
     serde_json::to_string(&change.member.roles).unwrap_or_else(|_| "[]".to_owned())
 }
 
+/// A status's place in the member lifecycle: joining 0, weakly-up 1, up 2, leaving 3,
+/// exiting 4, down 5, removed 6. A stored status is replaced only by a higher one.
+pub(crate) fn status_rank(status: MemberStatus) -> i64 {
+    MemberStatus::ALL
+        .iter()
+        .position(|s| *s == status)
+        .unwrap_or_default() as i64
+}
+
 fn member_status(at_ms: i64, change: &MemberChange) -> StateChange {
     StateChange::MemberStatus {
         at_ms,
         address: change.member.address.clone(),
         uid: change.member.uid as i64,
         status: change.member.status.as_str(),
+        rank: status_rank(change.member.status),
         roles: roles_json(change),
     }
 }
@@ -163,6 +224,7 @@ fn reachability(
         address: change.member.address.clone(),
         uid: change.member.uid as i64,
         status: change.member.status.as_str(),
+        rank: status_rank(change.member.status),
         roles: roles_json(change),
         reachable,
         observers: serde_json::to_string(&observers).unwrap_or_else(|_| "[]".to_owned()),
@@ -248,9 +310,7 @@ fn change_for(reporter: &AgentIdentity, at_ms: i64, body: &EventBody) -> Option<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use troupe_protocol::{
-        AgentMeta, Event, LeaseChange, MemberInfo, MemberStatus, PROTOCOL_VERSION,
-    };
+    use troupe_protocol::{AgentMeta, Event, LeaseChange, MemberInfo, PROTOCOL_VERSION};
 
     fn batch(events: Vec<EventBody>) -> ReportBatch {
         ReportBatch {
