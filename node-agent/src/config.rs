@@ -252,6 +252,15 @@ pub struct AgentConfig {
     /// node of the cluster.
     #[arg(long, env = "TROUPE_DEMO", default_value_t = false)]
     pub demo: bool,
+    /// The standard `OTEL_*` export settings, read exactly as the server reads them: the
+    /// agent's own log records and spans (its report requests among them) leave over
+    /// OTLP/HTTP (see `troupe_telemetry::otlp`).
+    #[command(flatten)]
+    pub otlp: troupe_telemetry::otlp::OtlpArgs,
+    /// This process's incarnation, when chosen before the start (`troupe-agent` chooses it
+    /// first so its telemetry resource names it); unset, the start draws a random one.
+    #[arg(skip)]
+    pub incarnation: Option<u64>,
 }
 
 /// Settings that cannot work together, or a value that cannot work: the message names the
