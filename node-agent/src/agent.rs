@@ -348,6 +348,7 @@ impl AgentBuilder {
                 health: health.clone(),
                 metrics: Arc::clone(&metrics),
                 reporter: reporter.clone(),
+                operations_token: config.management_token.clone().filter(|t| !t.is_empty()),
             },
         )
         .map_err(|error| AgentError::Management {
