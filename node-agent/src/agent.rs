@@ -217,7 +217,9 @@ impl AgentBuilder {
         config.check(membership.is_some())?;
         // A bad CA file fails the start, before the node joins anything.
         let report_client = match &config.control_plane {
-            Some(_) => Some(reporter::shipper::client(config.control_plane_ca.as_deref())?),
+            Some(_) => Some(reporter::shipper::client(
+                config.control_plane_ca.as_deref(),
+            )?),
             None => None,
         };
         // Bind the management listener first: a taken port fails the start before the node
@@ -303,27 +305,31 @@ impl AgentBuilder {
                 }
             });
         }
-        let reporter = config.control_plane.as_deref().zip(report_client).map(|(url, client)| {
-            let identity = troupe_protocol::AgentIdentity {
-                cluster: config.system.clone(),
-                node: cluster.self_address().host_port(),
-                incarnation: cluster.self_node().incarnation,
-                meta: troupe_protocol::AgentMeta {
-                    node: config.node_name.clone(),
-                },
-            };
-            let shipper = reporter::shipper::Shipper::with_client(
-                client,
-                url,
-                &config.ingest_token,
-                identity,
-            );
-            let settings = reporter::ReporterSettings {
-                flush_interval: Duration::from_millis(config.report_interval_ms.max(10)),
-                ..reporter::ReporterSettings::default()
-            };
-            reporter::start(&system, &cluster, shipper, settings)
-        });
+        let reporter = config
+            .control_plane
+            .as_deref()
+            .zip(report_client)
+            .map(|(url, client)| {
+                let identity = troupe_protocol::AgentIdentity {
+                    cluster: config.system.clone(),
+                    node: cluster.self_address().host_port(),
+                    incarnation: cluster.self_node().incarnation,
+                    meta: troupe_protocol::AgentMeta {
+                        node: config.node_name.clone(),
+                    },
+                };
+                let shipper = reporter::shipper::Shipper::with_client(
+                    client,
+                    url,
+                    &config.ingest_token,
+                    identity,
+                );
+                let settings = reporter::ReporterSettings {
+                    flush_interval: Duration::from_millis(config.report_interval_ms.max(10)),
+                    ..reporter::ReporterSettings::default()
+                };
+                reporter::start(&system, &cluster, shipper, settings)
+            });
         let health = health::Health::new();
         if let Some(reporter) = &reporter {
             // The reporter tells the control plane every change the probes see, in order.
