@@ -52,10 +52,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
-pub use crate::lease::{
-    FencingToken, InMemoryLease, InMemoryLeaseArbiter, Lease, LeaseError, LeaseFuture, LeaseLost,
-    LeaseLostCallback, LeaseOp, LeaseRecord,
-};
 pub use event::{DeadLetterCause, SingletonEvent, StopReason};
 pub use hold::{HOLD_CAPACITY, HOLD_MAX_AGE};
 pub use key::SingletonKey;

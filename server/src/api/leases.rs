@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
-use troupe::lease::{FencingToken, LeaseError, LeaseSettings};
+use troupe_lease::lease::{FencingToken, LeaseError, LeaseSettings};
 use utoipa::ToSchema;
 
 use super::allow::resource;
@@ -19,14 +19,15 @@ use crate::state::AppState;
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AcquireRequest {
-    /// Who acquires (typically the node's address).
+    /// Who acquires (typically the node's address): non-empty, at most 512 bytes, no control
+    /// characters.
     pub owner: String,
-    /// Time to live of the grant, milliseconds.
+    /// Time to live of the grant, milliseconds: 1000 to 3600000 (1 s to 1 h).
     #[serde(with = "troupe_protocol::wire::u64_string")]
     #[schema(value_type = String, format = "uint64")]
     pub ttl_ms: u64,
-    /// How often the client renews, milliseconds; at most a third of the TTL. Default: a
-    /// fifth of the TTL.
+    /// How often the client renews, milliseconds: at least 50, at most a third of the TTL.
+    /// Default: a fifth of the TTL.
     #[serde(default, with = "troupe_protocol::wire::option_u64_string")]
     #[schema(value_type = Option<String>, format = "uint64")]
     pub renew_interval_ms: Option<u64>,
@@ -110,7 +111,9 @@ pub struct LeaseStateDto {
 
 fn lease_error(error: LeaseError) -> ApiError {
     match error {
-        LeaseError::Settings { .. } => ApiError::BadRequest(error.to_string()),
+        LeaseError::Settings { .. } | LeaseError::Invalid { .. } => {
+            ApiError::BadRequest(error.to_string())
+        }
         LeaseError::Unavailable { .. } => ApiError::Unavailable(error.to_string()),
         other => ApiError::BadGateway(other.to_string()),
     }
@@ -121,10 +124,6 @@ fn grant_error(error: GrantError) -> ApiError {
         GrantError::Backend(error) => lease_error(error),
         not_held @ GrantError::NotHeld { .. } => ApiError::Conflict(not_held.to_string()),
     }
-}
-
-fn name_ok(what: &str, value: &str) -> Result<(), ApiError> {
-    troupe::directory::validate_name(what, value).map_err(|e| ApiError::BadRequest(e.to_string()))
 }
 
 /// Acquire lease `name` for `owner`: `granted` and a fencing token, or `granted: false` when
@@ -146,8 +145,8 @@ pub async fn acquire(
         &bytes,
         r#"{"owner": string, "ttl_ms": integer, "renew_interval_ms": integer (optional)}"#,
     )?;
-    name_ok("lease name", &name)?;
-    name_ok("owner", &request.owner)?;
+    troupe_lease::lease::validate_identity(&name, &request.owner)
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let ttl = Duration::from_millis(request.ttl_ms);
     let renew = Duration::from_millis(request.renew_interval_ms.unwrap_or(request.ttl_ms / 5));
     let settings = LeaseSettings::new(ttl, renew)
