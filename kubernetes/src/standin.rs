@@ -1,6 +1,8 @@
 //! A stand-in Kubernetes API server for tests and benchmarks: it serves the
 //! `coordination.k8s.io/v1` Lease API — and nothing else — over plain HTTP on loopback, with the
-//! wire format and semantics of the real API server, so the real `kube` client can drive it.
+//! wire format and semantics of the real API server, so the real `kube` client and a stock
+//! `kubectl` (`kubectl --server http://127.0.0.1:PORT get leases`, `-o json`, `--watch`) can
+//! drive it.
 //!
 //! No Kubernetes API server can run on the machines these tests run on; this is the replacement.
 //! Its answers are checked against recorded API-server responses (`tests/fixtures/`).
@@ -22,6 +24,12 @@
 //!   or `0` it first replays the current objects as `ADDED`; with a compacted `R` it answers `200`
 //!   and a single `ERROR` event carrying a `410 Expired` `Status`, exactly like the real server.
 //!   `timeoutSeconds` ends the stream.
+//!
+//! - Discovery (`/api`, `/api/v1`, `/apis`, `/apis/coordination.k8s.io`,
+//!   `/apis/coordination.k8s.io/v1`) and `/version`, aggregated or legacy as the client's `Accept` asks, and
+//!   server-side printing: list, get and watch answer a `meta.k8s.io` `Table` (columns `Name`,
+//!   `Holder`, `Age`) when `Accept` asks for one, as `kubectl get` does without `-o` (see
+//!   `wire`). Anything else under `/api` or `/apis` is `404 NotFound`.
 //!
 //! Label selectors: `k=v`, `k==v`, `k!=v`, `k`, `!k`, comma-joined; set-based selectors are
 //! refused with `400 BadRequest`.
@@ -50,6 +58,10 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
+mod wire;
+
+use wire::{Discovery, IncludeObject, Media, MediaKind};
+
 const GROUP: &str = "coordination.k8s.io";
 const API_VERSION: &str = "coordination.k8s.io/v1";
 const PREFIX: &str = "/apis/coordination.k8s.io/v1";
@@ -75,6 +87,12 @@ pub struct RequestRecord {
     pub method: String,
     /// The path, without the query.
     pub path: String,
+    /// The query, undecoded (`""` when none).
+    pub query: String,
+    /// The request's `Accept` header (`""` when none).
+    pub accept: String,
+    /// The `Content-Type` answered (`""` when none).
+    pub content_type: String,
     /// The Lease name, for requests on one Lease.
     pub name: Option<String>,
     /// The HTTP status answered.
@@ -347,7 +365,18 @@ impl Server {
     async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
         let method = request.method().clone();
         let path = request.uri().path().to_owned();
-        let query = parse_query(request.uri().query().unwrap_or(""));
+        let raw_query = request.uri().query().unwrap_or("").to_owned();
+        let query = parse_query(&raw_query);
+        let header = |name: hyper::header::HeaderName| {
+            request
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned()
+        };
+        let accept = header(hyper::header::ACCEPT);
+        let host = header(hyper::header::HOST);
         let target = parse_path(&path);
         let name = match &target {
             Some(Target::Object { name, .. }) => Some(name.clone()),
@@ -357,18 +386,42 @@ impl Server {
             Ok(collected) => collected.to_bytes(),
             Err(_) => Bytes::new(),
         };
-        let response = match target {
-            None => status_response(
+        let response = match (target, Discovery::parse(&path)) {
+            (Some(target), _) => {
+                let offered = [MediaKind::Json, MediaKind::Table];
+                match wire::negotiate(&accept, &offered) {
+                    Some(media) => self.route(&method, target, &query, &body, media).await,
+                    None => not_acceptable(&accept),
+                }
+            }
+            (None, Some(discovery)) if method == Method::GET => {
+                match wire::negotiate(&accept, discovery.offers()) {
+                    Some(media) => {
+                        typed_response(StatusCode::OK, media, &discovery.body(media, &host))
+                    }
+                    None => not_acceptable(&accept),
+                }
+            }
+            (None, Some(_)) => method_not_allowed(&method),
+            (None, None) => status_response(
                 StatusCode::NOT_FOUND,
                 "NotFound",
                 "the server could not find the requested resource",
                 None,
             ),
-            Some(target) => self.route(&method, target, &query, &body).await,
         };
+        let content_type = response
+            .headers()
+            .get(hyper::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
         self.store.lock().requests.push(RequestRecord {
             method: method.to_string(),
             path,
+            query: raw_query,
+            accept,
+            content_type,
             name,
             status: response.status().as_u16(),
         });
@@ -381,7 +434,14 @@ impl Server {
         target: Target,
         query: &BTreeMap<String, String>,
         body: &[u8],
+        media: Media,
     ) -> Response<Body> {
+        let include = match IncludeObject::parse(query.get("includeObject").map(String::as_str)) {
+            Ok(include) => include,
+            Err(message) => {
+                return status_response(StatusCode::BAD_REQUEST, "BadRequest", &message, None);
+            }
+        };
         match (method, target) {
             (&Method::GET, Target::Collection { namespace }) => {
                 let selector = match Selector::parse(query.get("labelSelector").map_or("", |s| s)) {
@@ -396,15 +456,31 @@ impl Server {
                     }
                 };
                 if query.get("watch").is_some_and(|w| w == "1" || w == "true") {
-                    self.watch(namespace, selector, query)
+                    self.watch(namespace, selector, query, media, include)
                 } else {
-                    self.list(&namespace, &selector)
+                    self.list(&namespace, &selector, media, include)
                 }
             }
             (&Method::POST, Target::Collection { namespace }) => self.create(&namespace, body),
             (&Method::GET, Target::Object { namespace, name }) => {
                 match self.store.lock().objects.get(&(namespace, name.clone())) {
-                    Some(object) => json_response(StatusCode::OK, object),
+                    Some(object) => match media {
+                        Media::Table(version) => {
+                            let rv = object
+                                .pointer("/metadata/resourceVersion")
+                                .and_then(Value::as_str);
+                            let table = wire::table(
+                                version,
+                                &[object],
+                                rv,
+                                include,
+                                true,
+                                chrono::Utc::now(),
+                            );
+                            typed_response(StatusCode::OK, media, &table)
+                        }
+                        _ => json_response(StatusCode::OK, object),
+                    },
                     None => not_found(&name),
                 }
             }
@@ -425,14 +501,7 @@ impl Server {
             (&Method::DELETE, Target::Object { namespace, name }) => {
                 self.delete(&namespace, &name, body)
             }
-            (method, _) => status_response(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "MethodNotAllowed",
-                &format!(
-                    "the server does not allow this method on the requested resource: {method}"
-                ),
-                None,
-            ),
+            (method, _) => method_not_allowed(method),
         }
     }
 
@@ -442,8 +511,32 @@ impl Server {
         self.store.lock().held -= 1;
     }
 
-    fn list(&self, namespace: &str, selector: &Selector) -> Response<Body> {
+    fn list(
+        &self,
+        namespace: &str,
+        selector: &Selector,
+        media: Media,
+        include: IncludeObject,
+    ) -> Response<Body> {
         let store = self.store.lock();
+        if let Media::Table(version) = media {
+            let objects: Vec<&Value> = store
+                .objects
+                .iter()
+                .filter(|((ns, _), object)| ns == namespace && selector.matches(object))
+                .map(|(_, object)| object)
+                .collect();
+            let revision = store.revision.to_string();
+            let table = wire::table(
+                version,
+                &objects,
+                Some(&revision),
+                include,
+                true,
+                chrono::Utc::now(),
+            );
+            return typed_response(StatusCode::OK, media, &table);
+        }
         let items: Vec<Value> = store
             .objects
             .iter()
@@ -654,8 +747,24 @@ impl Server {
         namespace: String,
         selector: Selector,
         query: &BTreeMap<String, String>,
+        media: Media,
+        include: IncludeObject,
     ) -> Response<Body> {
         let (tx, rx) = mpsc::channel::<Bytes>(64);
+        // As Tables, only the first event carries the column definitions (as on the real server).
+        let mut columns = true;
+        let mut event = move |kind: &str, object: &Value| match media {
+            Media::Table(version) if kind != "ERROR" && kind != "BOOKMARK" => {
+                let rv = object
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str);
+                let table =
+                    wire::table(version, &[object], rv, include, columns, chrono::Utc::now());
+                columns = false;
+                event_line(kind, &table)
+            }
+            _ => event_line(kind, object),
+        };
         let from = query.get("resourceVersion").cloned().unwrap_or_default();
         let bookmarks = query
             .get("allowWatchBookmarks")
@@ -677,7 +786,7 @@ impl Server {
             let deadline = tokio::time::Instant::now() + timeout;
             enum Start {
                 From(u64),
-                Replay(Vec<Bytes>, u64),
+                Replay(Vec<Value>, u64),
                 Refuse(Value),
             }
             let start = {
@@ -690,7 +799,7 @@ impl Server {
                             .filter(|((ns, _), object)| {
                                 *ns == namespace && selector.matches(object)
                             })
-                            .map(|(_, object)| event_line("ADDED", object))
+                            .map(|(_, object)| object.clone())
                             .collect(),
                         store.revision,
                     ),
@@ -719,16 +828,16 @@ impl Server {
             };
             let mut last = match start {
                 Start::From(rv) => rv,
-                Start::Replay(lines, revision) => {
-                    for line in lines {
-                        if tx.send(line).await.is_err() {
+                Start::Replay(objects, revision) => {
+                    for object in objects {
+                        if tx.send(event("ADDED", &object)).await.is_err() {
                             return;
                         }
                     }
                     revision
                 }
                 Start::Refuse(status) => {
-                    let _ = tx.send(event_line("ERROR", &status)).await;
+                    let _ = tx.send(event("ERROR", &status)).await;
                     return;
                 }
             };
@@ -743,7 +852,7 @@ impl Server {
                         store.expired_watches += 1;
                         (Vec::new(), store.revision, true)
                     } else {
-                        let lines: Vec<Bytes> = store
+                        let lines: Vec<(&'static str, Value)> = store
                             .log
                             .iter()
                             .filter(|e| {
@@ -751,7 +860,7 @@ impl Server {
                                     && e.namespace == namespace
                                     && selector.matches(&e.object)
                             })
-                            .map(|e| event_line(e.kind, &e.object))
+                            .map(|e| (e.kind, e.object.clone()))
                             .collect();
                         (lines, store.revision, false)
                     }
@@ -766,8 +875,8 @@ impl Server {
                     let _ = tx.send(event_line("ERROR", &status)).await;
                     return;
                 }
-                for line in lines {
-                    if tx.send(line).await.is_err() {
+                for (kind, object) in lines {
+                    if tx.send(event(kind, &object)).await.is_err() {
                         return;
                     }
                 }
@@ -785,7 +894,7 @@ impl Server {
                             "apiVersion": API_VERSION,
                             "metadata": { "resourceVersion": last.to_string(), "creationTimestamp": null },
                         });
-                        if tx.send(event_line("BOOKMARK", &bookmark)).await.is_err() {
+                        if tx.send(event("BOOKMARK", &bookmark)).await.is_err() {
                             return;
                         }
                     }
@@ -795,7 +904,7 @@ impl Server {
         });
         Response::builder()
             .status(StatusCode::OK)
-            .header("content-type", "application/json")
+            .header("content-type", media.content_type())
             .body(BoxBody::new(ChannelBody(rx)))
             .expect("a valid response")
     }
@@ -997,6 +1106,26 @@ fn invalid(name: &str, message: &str) -> Response<Body> {
     )
 }
 
+fn not_acceptable(accept: &str) -> Response<Body> {
+    status_response(
+        StatusCode::NOT_ACCEPTABLE,
+        "NotAcceptable",
+        &format!(
+            "only the following media types are accepted: application/json, application/json;as=Table;v=v1;g=meta.k8s.io, application/json;as=Table;v=v1beta1;g=meta.k8s.io (asked for {accept:?})"
+        ),
+        None,
+    )
+}
+
+fn method_not_allowed(method: &Method) -> Response<Body> {
+    status_response(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "MethodNotAllowed",
+        &format!("the server does not allow this method on the requested resource: {method}"),
+        None,
+    )
+}
+
 fn not_found(name: &str) -> Response<Body> {
     status_response(
         StatusCode::NOT_FOUND,
@@ -1043,10 +1172,14 @@ fn status_response(
 }
 
 fn json_response(code: StatusCode, value: &Value) -> Response<Body> {
+    typed_response(code, Media::Json, value)
+}
+
+fn typed_response(code: StatusCode, media: Media, value: &Value) -> Response<Body> {
     let body = serde_json::to_vec(value).expect("JSON values serialize");
     Response::builder()
         .status(code)
-        .header("content-type", "application/json")
+        .header("content-type", media.content_type())
         .body(BoxBody::new(Full::new(Bytes::from(body))))
         .expect("a valid response")
 }

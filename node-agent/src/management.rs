@@ -5,7 +5,7 @@
 //! |-------------------------|--------------------------------------------------------------|
 //! | `/_troupe/health`       | liveness: 200 ready or draining; 503 starting, stopped, fatal |
 //! | `/_troupe/health/ready` | readiness: 200 only when joined and not shutting down         |
-//! | `/metrics`              | Prometheus/OpenMetrics text (see `metrics.rs`)                |
+//! | `/metrics`              | Prometheus text 0.0.4, or OpenMetrics 1.0.0 when `Accept` asks for `application/openmetrics-text` (see `metrics.rs`); `Vary: Accept` |
 //!
 //! From stop-begin (draining) on, every response carries `Connection: close`, so keep-alive
 //! connections that survived endpoint removal do not ride into the exiting process.
@@ -17,7 +17,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::header::{CONNECTION, CONTENT_TYPE, HeaderValue};
+use hyper::header::{ACCEPT, CONNECTION, CONTENT_TYPE, HeaderValue, VARY};
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
@@ -26,6 +26,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use troupe::ActorSystem;
 use troupe::cluster::Cluster;
+use troupe_telemetry::Exposition;
 
 use crate::health::{self, Health, ProbeAnswer};
 use crate::metrics::AgentMetrics;
@@ -103,16 +104,25 @@ fn route(request: &Request<Incoming>, sources: &Sources) -> Response<Body> {
     match path {
         LIVENESS_PATH => probe(health::liveness(sources.health.state()), sources),
         READINESS_PATH => probe(health::readiness(sources.health.state()), sources),
-        _ => respond(
-            200,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            sources.metrics.render(
-                &sources.system,
-                &sources.cluster,
-                &sources.health,
-                sources.reporter.as_ref(),
-            ),
-        ),
+        _ => {
+            let format =
+                Exposition::negotiate(request.headers().get(ACCEPT).and_then(|v| v.to_str().ok()));
+            let mut response = respond(
+                200,
+                format.content_type(),
+                sources.metrics.render(
+                    format,
+                    &sources.system,
+                    &sources.cluster,
+                    &sources.health,
+                    sources.reporter.as_ref(),
+                ),
+            );
+            response
+                .headers_mut()
+                .insert(VARY, HeaderValue::from_static("Accept"));
+            response
+        }
     }
 }
 

@@ -1,9 +1,17 @@
-//! The agent's Prometheus metrics (`/metrics` on the management listener, OpenMetrics text).
+//! The agent's Prometheus metrics (`/metrics` on the management listener).
 //!
-//! Every name starts with `troupe_agent_`. Labels are bounded: dead-letter reasons and member
-//! statuses are closed sets, each with a series from the start; mailbox depth is one series per *watched* path or router (the
-//! application registers them with [`crate::Agent::watch_depth`]), never one per actor — a
-//! router's routees are summed into one series per router.
+//! The format follows the scrape's `Accept` header as the server's does
+//! ([`troupe_telemetry::Exposition::negotiate`]): OpenMetrics 1.0.0 when asked for (Prometheus
+//! asks), else the text format 0.0.4, which `promtool check metrics` accepts.
+//!
+//! Every name starts with `troupe_agent_`, apart from the standard `process_*` metrics of the
+//! agent process (CPU, memory, file descriptors, threads, start time; read from `/proc/self` at
+//! each scrape). Labels are bounded: dead-letter reasons, member statuses, health states,
+//! reporter item kinds, transport close reasons, handshake outcomes and admission pools are
+//! closed sets, each with a series at 0 from the start (a rate over a value not seen yet is 0,
+//! not empty); mailbox depth is one series per *watched* path or router (the application
+//! registers them with [`crate::Agent::watch_depth`]), never one per actor — a router's routees
+//! are summed into one series per router.
 //!
 //! Counters that other parts already keep (the reporter's) and gauges that describe current
 //! state (membership, depths, buffer) are read at scrape time, so nothing here runs per message
@@ -30,6 +38,8 @@ use troupe::singleton::{DeadLetterCause, SingletonEvent};
 use troupe::transport::admission::Pool;
 use troupe::transport::{CloseReason, ProtocolVersions, TcpTransport};
 use troupe::{ActorSystem, DeadLetter, DeadLetterReason};
+
+use troupe_telemetry::{Exposition, ProcessCollector, to_text_004};
 
 use crate::health::{Health, HealthState};
 use crate::reporter::ReporterHandle;
@@ -196,6 +206,32 @@ const CAUSES: [DeadLetterCause; 5] = [
 ];
 
 const HAND_OVER_OUTCOMES: [&str; 2] = ["completed", "timed_out"];
+
+const MEMBER_STATUSES: [MemberStatus; 6] = [
+    MemberStatus::Joining,
+    MemberStatus::WeaklyUp,
+    MemberStatus::Up,
+    MemberStatus::Leaving,
+    MemberStatus::Exiting,
+    MemberStatus::Down,
+];
+
+/// The reporter buffer's item kinds (`troupe_agent_reporter_buffer_items`).
+const BUFFER_KINDS: [&str; 2] = ["event", "depth_sample"];
+
+/// The kinds the reporter drops (`troupe_agent_reporter_dropped`).
+const DROPPED_KINDS: [&str; 6] = [
+    "membership",
+    "singleton",
+    "router",
+    "dead_letter",
+    "health",
+    "depth_sample",
+];
+
+const HANDSHAKE_OUTCOMES: [&str; 2] = ["ok", "rejected"];
+
+const EXTENSION_OUTCOMES: [&str; 2] = ["read", "skipped"];
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
@@ -459,16 +495,50 @@ impl TransportMetrics {
         );
     }
 
+    /// Every series of a closed label set, at 0 before the transport or remoting is watched.
+    fn know_labels(&self) {
+        for reason in CloseReason::ALL {
+            let _ = self.closed.get_or_create(&CloseReasonLabels {
+                reason: reason.as_str().to_owned(),
+            });
+        }
+        for outcome in HANDSHAKE_OUTCOMES {
+            let _ = self.handshakes.get_or_create(&OutcomeLabels {
+                outcome: outcome.to_owned(),
+            });
+        }
+        for outcome in EXTENSION_OUTCOMES {
+            let _ = self.extension_records.get_or_create(&OutcomeLabels {
+                outcome: outcome.to_owned(),
+            });
+        }
+        for pool in [Pool::Reserved, Pool::General] {
+            let _ = self.pending.get_or_create(&PoolLabels {
+                pool: pool.as_str().to_owned(),
+            });
+        }
+        for (bound, version) in [
+            ("lowest", ProtocolVersions::THIS_BUILD.lowest()),
+            ("highest", ProtocolVersions::THIS_BUILD.highest()),
+        ] {
+            self.protocol_version
+                .get_or_create(&BoundLabels {
+                    bound: bound.to_owned(),
+                })
+                .set(i64::from(version));
+        }
+    }
+
     fn observe_wire(&self, system: &ActorSystem) {
         let Some(remoting) = troupe::remoting::Remoting::of(system) else {
             return;
         };
         let stats = remoting.stats();
         let load = |v: &std::sync::atomic::AtomicU64| v.load(std::sync::atomic::Ordering::Relaxed);
-        for (outcome, total) in [
-            ("read", load(&stats.extension_records_read)),
-            ("skipped", load(&stats.extension_records_skipped)),
-        ] {
+        for (outcome, total) in EXTENSION_OUTCOMES.into_iter().zip([
+            load(&stats.extension_records_read),
+            load(&stats.extension_records_skipped),
+        ]) {
             catch_up(
                 &self.extension_records.get_or_create(&OutcomeLabels {
                     outcome: outcome.to_owned(),
@@ -491,10 +561,10 @@ impl TransportMetrics {
                 stats.closed(reason),
             );
         }
-        for (outcome, total) in [
-            ("ok", stats.handshakes_ok),
-            ("rejected", stats.handshakes_rejected),
-        ] {
+        for (outcome, total) in HANDSHAKE_OUTCOMES
+            .into_iter()
+            .zip([stats.handshakes_ok, stats.handshakes_rejected])
+        {
             catch_up(
                 &self.handshakes.get_or_create(&OutcomeLabels {
                     outcome: outcome.to_owned(),
@@ -678,6 +748,28 @@ impl AgentMetrics {
         let singletons = SingletonMetrics::register(&mut registry);
         let transport = TransportMetrics::default();
         transport.register(&mut registry);
+        transport.know_labels();
+        registry.register_collector(Box::new(ProcessCollector));
+        for status in MEMBER_STATUSES {
+            let _ = members.get_or_create(&StatusLabels {
+                status: status.name().to_owned(),
+            });
+        }
+        for state in HealthState::ALL {
+            let _ = health.get_or_create(&StateLabels {
+                state: state.as_str().to_owned(),
+            });
+        }
+        for kind in BUFFER_KINDS {
+            let _ = buffer_items.get_or_create(&KindLabels {
+                kind: kind.to_owned(),
+            });
+        }
+        for kind in DROPPED_KINDS {
+            let _ = dropped.get_or_create(&KindLabels {
+                kind: kind.to_owned(),
+            });
+        }
         Self {
             registry,
             dead_letters,
@@ -758,10 +850,11 @@ impl AgentMetrics {
         });
     }
 
-    /// Read the current state and render the OpenMetrics text exposition.
+    /// Read the current state and render it in `format`.
     #[must_use]
     pub fn render(
         &self,
+        format: Exposition,
         system: &ActorSystem,
         cluster: &Cluster,
         health: &Health,
@@ -786,19 +879,15 @@ impl AgentMetrics {
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
-        out
+        match format {
+            Exposition::OpenMetrics => out,
+            Exposition::Text004 => to_text_004(&out),
+        }
     }
 
     fn observe_cluster(&self, cluster: &Cluster) {
         let view = cluster.view();
-        for status in [
-            MemberStatus::Joining,
-            MemberStatus::WeaklyUp,
-            MemberStatus::Up,
-            MemberStatus::Leaving,
-            MemberStatus::Exiting,
-            MemberStatus::Down,
-        ] {
+        for status in MEMBER_STATUSES {
             let count = view.members.iter().filter(|m| m.status == status).count();
             self.members
                 .get_or_create(&StatusLabels {
@@ -846,10 +935,10 @@ impl AgentMetrics {
         catch_up(&self.batches_failed, load(&stats.failed_attempts));
         catch_up(&self.events_buffered, load(&stats.events_buffered));
         let occupancy = reporter.occupancy();
-        for (kind, items) in [
-            ("event", occupancy.events),
-            ("depth_sample", occupancy.depth_samples),
-        ] {
+        for (kind, items) in BUFFER_KINDS
+            .into_iter()
+            .zip([occupancy.events, occupancy.depth_samples])
+        {
             self.buffer_items
                 .get_or_create(&KindLabels {
                     kind: kind.to_owned(),
@@ -859,14 +948,14 @@ impl AgentMetrics {
         self.buffer_capacity
             .set(i64::try_from(occupancy.capacity).unwrap_or(i64::MAX));
         let dropped = occupancy.dropped_total;
-        for (kind, total) in [
-            ("membership", dropped.membership),
-            ("singleton", dropped.singleton),
-            ("router", dropped.router),
-            ("dead_letter", dropped.dead_letters),
-            ("health", dropped.health),
-            ("depth_sample", dropped.depth_samples),
-        ] {
+        for (kind, total) in DROPPED_KINDS.into_iter().zip([
+            dropped.membership,
+            dropped.singleton,
+            dropped.router,
+            dropped.dead_letters,
+            dropped.health,
+            dropped.depth_samples,
+        ]) {
             catch_up(
                 &self.dropped.get_or_create(&KindLabels {
                     kind: kind.to_owned(),

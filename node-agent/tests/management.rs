@@ -15,6 +15,7 @@ use troupe_agent::reporter::buffer::BufferLimits;
 use troupe_agent::reporter::{self, ReporterSettings};
 use troupe_agent::{Agent, AgentConfig};
 use troupe_protocol::{AgentHealth, EventBody, IngestAck, ReportBatch};
+use troupe_telemetry::Exposition;
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -113,6 +114,7 @@ fn sample(text: &str, series: &str) -> Option<f64> {
 async fn scrape(client: &reqwest::Client, agent: &Agent) -> String {
     let response = client
         .get(format!("http://{}/metrics", agent.management_addr()))
+        .header("accept", "application/openmetrics-text")
         .send()
         .await
         .expect("scrape /metrics");
@@ -492,6 +494,7 @@ async fn dropped_items_are_counted_by_kind_while_the_control_plane_is_away() {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let text = agent.metrics().render(
+            Exposition::OpenMetrics,
             agent.system(),
             agent.cluster(),
             agent.health(),

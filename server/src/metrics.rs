@@ -18,9 +18,6 @@
 //! (`--agent-series-ttl-secs`, default 300 s), checked at each scrape: a dead agent stops being
 //! exported instead of showing its last lag forever.
 
-mod exposition;
-mod process;
-
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
@@ -35,8 +32,8 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 use tokio::time::Instant;
 
-pub use self::exposition::{Exposition, to_text_004};
-use self::process::ProcessCollector;
+use troupe_telemetry::ProcessCollector;
+pub use troupe_telemetry::{Exposition, to_text_004};
 
 /// How long an agent's series outlive its last report, unless configured.
 pub const DEFAULT_AGENT_SERIES_TTL: Duration = Duration::from_secs(300);

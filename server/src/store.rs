@@ -36,7 +36,7 @@ pub use error::StoreError;
 pub use model::{
     AgentRow, ClusterRow, ClusterSnapshot, DeadLetterRow, DepthTickRow, EventRow, IngestOutcome,
     MemberRow, MinuteCount, RouterRow, SingletonRow, StreamDeadLetterRow, StreamPosition, Totals,
-    string_list,
+    current_incarnations, string_list,
 };
 
 /// Runs `$body` with `$pool` bound to the backend's pool; the body is compiled once per backend.
@@ -273,8 +273,16 @@ impl Store {
             .await?))
     }
 
-    /// The members of a cluster as last reported, by address (removed ones included).
+    /// The members of a cluster, by address: the current incarnation of each (removed ones
+    /// included; see [`current_incarnations`]).
     pub async fn members(&self, cluster_id: i64) -> Result<Vec<MemberRow>, StoreError> {
+        Ok(current_incarnations(
+            self.member_incarnations(cluster_id).await?,
+        ))
+    }
+
+    /// Every member incarnation of a cluster, by address then uid.
+    pub async fn member_incarnations(&self, cluster_id: i64) -> Result<Vec<MemberRow>, StoreError> {
         Ok(with_pool!(self, |pool| sqlx::query_as(sql::MEMBERS)
             .bind(cluster_id)
             .fetch_all(pool)
@@ -312,10 +320,12 @@ impl Store {
             let snapshot = match cluster {
                 None => None,
                 Some(cluster) => {
-                    let members = sqlx::query_as(sql::MEMBERS)
-                        .bind(cluster.id)
-                        .fetch_all(&mut *tx)
-                        .await?;
+                    let members = current_incarnations(
+                        sqlx::query_as(sql::MEMBERS)
+                            .bind(cluster.id)
+                            .fetch_all(&mut *tx)
+                            .await?,
+                    );
                     let (event_id, dead_letter_id): (i64, i64) =
                         sqlx::query_as(sql::STREAM_POSITION)
                             .bind(cluster.id)

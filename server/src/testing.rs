@@ -239,7 +239,8 @@ impl BatchBuilder {
         self
     }
 
-    /// Adds a membership event built by `kind` (`EventBody::MemberUp`, …) for a member.
+    /// Adds a membership event built by `kind` (`EventBody::MemberUp`, …) for a member
+    /// (incarnation uid 1).
     pub fn member(
         self,
         at_ms: i64,
@@ -248,10 +249,23 @@ impl BatchBuilder {
         status: MemberStatus,
         roles: &[&str],
     ) -> Self {
+        self.member_incarnation(at_ms, kind, address, 1, status, roles)
+    }
+
+    /// Adds a membership event built by `kind` for incarnation `uid` of a member.
+    pub fn member_incarnation(
+        self,
+        at_ms: i64,
+        kind: fn(MemberChange) -> EventBody,
+        address: &str,
+        uid: u64,
+        status: MemberStatus,
+        roles: &[&str],
+    ) -> Self {
         let change = MemberChange {
             member: MemberInfo {
                 address: address.to_owned(),
-                uid: 1,
+                uid,
                 status,
                 roles: roles.iter().map(|r| (*r).to_owned()).collect(),
             },

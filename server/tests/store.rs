@@ -56,6 +56,9 @@ store_suite!(
     concurrent_batches_touching_the_same_members_in_opposite_orders_all_commit,
     history_is_ordered_by_event_time_not_arrival,
     per_minute_counts_add_up_across_batches_and_agents_and_ignore_retries,
+    a_quick_restart_at_the_same_address_shows_the_new_incarnation_whatever_the_arrival_order,
+    a_removed_incarnations_unreachability_goes_with_it,
+    a_members_status_never_moves_back_in_its_lifecycle,
 );
 
 async fn cluster_id(store: &Store, name: &str) -> i64 {
@@ -715,4 +718,129 @@ async fn per_minute_counts_add_up_across_batches_and_agents_and_ignore_retries(s
         [(0, 4), (60_000, 1)],
         "the minute holding `since` counts whole"
     );
+}
+
+/// The old incarnation's removal and the new one's `MemberUp` in the same millisecond (the
+/// 4-of-7 failure of issue 14), delivered in both orders and by different reporters: the
+/// address shows the new incarnation up, and the old one's removal is kept on its own row.
+async fn a_quick_restart_at_the_same_address_shows_the_new_incarnation_whatever_the_arrival_order(
+    store: &Store,
+) {
+    for (cluster, removal_first) in [("first", true), ("second", false)] {
+        let old_up = BatchBuilder::new(cluster, "a:1", 1)
+            .member_incarnation(10, EventBody::MemberUp, "b:1", 1, MemberStatus::Up, &[])
+            .build();
+        let new_up = BatchBuilder::new(cluster, "a:1", 2)
+            .member_incarnation(50, EventBody::MemberUp, "b:1", 2, MemberStatus::Up, &[])
+            .build();
+        let old_removed = BatchBuilder::new(cluster, "c:1", 1)
+            .member_incarnation(
+                50,
+                EventBody::MemberRemoved,
+                "b:1",
+                1,
+                MemberStatus::Removed,
+                &[],
+            )
+            .build();
+        store.ingest(&old_up, 1).await.unwrap();
+        if removal_first {
+            store.ingest(&old_removed, 2).await.unwrap();
+            store.ingest(&new_up, 2).await.unwrap();
+        } else {
+            store.ingest(&new_up, 2).await.unwrap();
+            store.ingest(&old_removed, 2).await.unwrap();
+        }
+        let cid = cluster_id(store, cluster).await;
+        let members = store.members(cid).await.unwrap();
+        let summary: Vec<_> = members
+            .iter()
+            .map(|m| (m.address.as_str(), m.uid, m.status.as_str()))
+            .collect();
+        assert_eq!(
+            summary,
+            [("b:1", 2, "up")],
+            "removal first: {removal_first}"
+        );
+        let all = store.member_incarnations(cid).await.unwrap();
+        let summary: Vec<_> = all.iter().map(|m| (m.uid, m.status.as_str())).collect();
+        assert_eq!(summary, [(1, "removed"), (2, "up")]);
+    }
+}
+
+/// Issue 14's stale unreachable: the old incarnation was unreachable when it was killed; its
+/// `MemberReachable` never comes. The new incarnation is reachable, and an unreachable report
+/// about the old one arriving late does not touch it.
+async fn a_removed_incarnations_unreachability_goes_with_it(store: &Store) {
+    let old = BatchBuilder::new("app", "a:1", 1)
+        .member_incarnation(1, EventBody::MemberUp, "b:1", 1, MemberStatus::Up, &[])
+        .member_incarnation(
+            2,
+            EventBody::MemberUnreachable,
+            "b:1",
+            1,
+            MemberStatus::Up,
+            &[],
+        )
+        .build();
+    store.ingest(&old, 1).await.unwrap();
+    let new = BatchBuilder::new("app", "a:1", 2)
+        .member_incarnation(
+            3,
+            EventBody::MemberRemoved,
+            "b:1",
+            1,
+            MemberStatus::Removed,
+            &[],
+        )
+        .member_incarnation(4, EventBody::MemberUp, "b:1", 2, MemberStatus::Up, &[])
+        .build();
+    store.ingest(&new, 2).await.unwrap();
+    let late = BatchBuilder::new("app", "c:1", 1)
+        .member_incarnation(
+            5,
+            EventBody::MemberUnreachable,
+            "b:1",
+            1,
+            MemberStatus::Up,
+            &[],
+        )
+        .build();
+    store.ingest(&late, 3).await.unwrap();
+    let cid = cluster_id(store, "app").await;
+    let members = store.members(cid).await.unwrap();
+    assert_eq!(members.len(), 1);
+    assert_eq!((members[0].uid, members[0].status.as_str()), (2, "up"));
+    assert!(members[0].reachable, "{members:?}");
+    assert_eq!(members[0].observers, "[]");
+}
+
+/// Statuses merge the way gossip merges them: a late or clock-skewed report of an earlier
+/// status never undoes a later one; the same status reported again keeps the earliest time.
+async fn a_members_status_never_moves_back_in_its_lifecycle(store: &Store) {
+    let removed = BatchBuilder::new("app", "a:1", 1)
+        .member(
+            10,
+            EventBody::MemberRemoved,
+            "b:1",
+            MemberStatus::Removed,
+            &[],
+        )
+        .member(30, EventBody::MemberUp, "c:1", MemberStatus::Up, &[])
+        .build();
+    // Another reporter whose clock is ahead says b:1 was up after it was removed, and saw
+    // c:1 come up later than the first reporter did.
+    let skewed = BatchBuilder::new("app", "d:1", 1)
+        .member(20, EventBody::MemberUp, "b:1", MemberStatus::Up, &[])
+        .member(40, EventBody::MemberUp, "c:1", MemberStatus::Up, &[])
+        .build();
+    store.ingest(&removed, 1).await.unwrap();
+    store.ingest(&skewed, 2).await.unwrap();
+    let cid = cluster_id(store, "app").await;
+    let members = store.members(cid).await.unwrap();
+    let summary: Vec<_> = members
+        .iter()
+        .map(|m| (m.address.as_str(), m.status.as_str(), m.status_ms))
+        .collect();
+    assert_eq!(summary, [("b:1", "removed", 10), ("c:1", "up", 30)]);
 }

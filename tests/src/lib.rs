@@ -54,10 +54,12 @@ pub fn example(package: &str, name: &str) -> PathBuf {
         .expect("test executable lives in target/<profile>/deps");
     let path = profile_dir.join("examples").join(name);
     if !path.exists() {
-        let status = std::process::Command::new(env!("CARGO"))
-            .args(["build", "-q", "-p", package, "--example", name])
-            .status()
-            .expect("run cargo build");
+        let mut build = std::process::Command::new(env!("CARGO"));
+        build.args(["build", "-q", "-p", package, "--example", name]);
+        if profile_dir.file_name().is_some_and(|p| p == "release") {
+            build.arg("--release");
+        }
+        let status = build.status().expect("run cargo build");
         assert!(
             status.success(),
             "cargo build -p {package} --example {name} failed"
@@ -222,6 +224,14 @@ impl Process {
             .await
             .unwrap_or_else(|_| panic!("the process did not exit within {timeout:?}"))
             .expect("wait for process")
+    }
+
+    /// The exit status, if the process has exited (without waiting).
+    ///
+    /// # Panics
+    /// When the status cannot be read.
+    pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().expect("read the process status")
     }
 
     /// Send `signal` (`STOP`, `CONT`, `TERM`, …) to the process.

@@ -87,7 +87,13 @@ fn member_dto(
 ) -> MemberDto {
     MemberDto {
         leader: leader == Some(row.address.as_str()),
-        agent: agents.iter().find(|a| a.node == row.address).cloned(),
+        // This incarnation's agent; else the address's newest (an agent whose incarnation is
+        // not its member uid, such as one embedded with its own numbering).
+        agent: agents
+            .iter()
+            .find(|a| a.node == row.address && a.incarnation == row.uid as u64)
+            .or_else(|| agents.iter().find(|a| a.node == row.address))
+            .cloned(),
         node_uid: row.uid as u64,
         roles: string_list(&row.roles),
         status_since: datetime(row.status_ms),

@@ -4,7 +4,7 @@
 
 /// Runs the state changes of a batch inside transaction `$tx` (same SQL on both backends).
 macro_rules! apply_state_changes {
-    ($tx:expr, $cluster_id:expr, $agent_id:expr, $changes:expr) => {{
+    ($tx:expr, $cluster_id:expr, $agent_id:expr, $received_ms:expr, $changes:expr) => {{
         use crate::store::state::StateChange;
         for change in $changes {
             match change {
@@ -13,6 +13,7 @@ macro_rules! apply_state_changes {
                     address,
                     uid,
                     status,
+                    rank,
                     roles,
                 } => {
                     sqlx::query(crate::store::sql::UPSERT_MEMBER_STATUS)
@@ -20,8 +21,10 @@ macro_rules! apply_state_changes {
                         .bind(address)
                         .bind(uid)
                         .bind(*status)
+                        .bind(rank)
                         .bind(roles)
                         .bind(at_ms)
+                        .bind($received_ms)
                         .execute(&mut *$tx)
                         .await?;
                 }
@@ -30,6 +33,7 @@ macro_rules! apply_state_changes {
                     address,
                     uid,
                     status,
+                    rank,
                     roles,
                     reachable,
                     observers,
@@ -39,10 +43,12 @@ macro_rules! apply_state_changes {
                         .bind(address)
                         .bind(uid)
                         .bind(*status)
+                        .bind(rank)
                         .bind(roles)
                         .bind(reachable)
                         .bind(observers)
                         .bind(at_ms)
+                        .bind($received_ms)
                         .execute(&mut *$tx)
                         .await?;
                 }

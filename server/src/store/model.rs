@@ -52,15 +52,19 @@ pub struct AgentRow {
     pub dropped_depth_samples: i64,
 }
 
-/// A member as the latest report said.
+/// A member incarnation as the reports said.
 #[derive(Debug, Clone, PartialEq, Eq, FromRow)]
 pub struct MemberRow {
     /// Its address.
     pub address: String,
     /// Its incarnation.
     pub uid: i64,
-    /// Its status (`up`, `leaving`, …).
+    /// Its status (`up`, `leaving`, …): the furthest along its lifecycle any report said.
     pub status: String,
+    /// The status's place in the lifecycle (joining 0 … removed 6).
+    pub status_rank: i64,
+    /// When the server first heard of this incarnation (server clock).
+    pub first_seen_ms: i64,
     /// Roles, as a JSON array.
     pub roles: String,
     /// When its status last changed.
@@ -228,6 +232,36 @@ pub struct IngestOutcome {
     pub stored_depth_samples: u64,
     /// Operations waiting for this agent's cluster, now marked delivered.
     pub operations: Vec<troupe_protocol::MemberOperation>,
+}
+
+/// The current incarnation of each address among `rows` (sorted by address), by address.
+///
+/// A new incarnation joins at an address only once the old one is removed or being removed, so
+/// the current one is a not-removed incarnation if there is one, then the one the server heard
+/// of last, then the less advanced status, then the higher uid. Older incarnations are gone
+/// from the cluster whatever their last reported status (their removal may never be reported).
+#[must_use]
+pub fn current_incarnations(rows: Vec<MemberRow>) -> Vec<MemberRow> {
+    let key = |m: &MemberRow| {
+        (
+            m.status != "removed",
+            m.first_seen_ms,
+            std::cmp::Reverse(m.status_rank),
+            m.uid,
+        )
+    };
+    let mut current: Vec<MemberRow> = Vec::new();
+    for row in rows {
+        match current.last_mut() {
+            Some(last) if last.address == row.address => {
+                if key(&row) > key(last) {
+                    *last = row;
+                }
+            }
+            _ => current.push(row),
+        }
+    }
+    current
 }
 
 /// A JSON text column holding a list of strings (roles, observers, routees) as a list; empty

@@ -42,19 +42,26 @@ pub(crate) const INSERT_BATCH: &str = "\
 INSERT INTO batches (agent_id, sequence, received_ms, items) VALUES ($1, $2, $3, $4)
 ON CONFLICT DO NOTHING";
 
+/// One row per incarnation (address, uid); `$8`, the server's receive time, is when the server
+/// first heard of it. A status replaces the stored one only if it is further along the
+/// lifecycle (`status_rank`); the same status reported again keeps the earliest time.
 pub(crate) const UPSERT_MEMBER_STATUS: &str = "\
-INSERT INTO members (cluster_id, address, uid, status, roles, status_ms)
-VALUES ($1, $2, $3, $4, $5, $6)
-ON CONFLICT (cluster_id, address) DO UPDATE SET
-    uid = excluded.uid, status = excluded.status, roles = excluded.roles,
+INSERT INTO members (cluster_id, address, uid, status, status_rank, roles, status_ms,
+    first_seen_ms)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+ON CONFLICT (cluster_id, address, uid) DO UPDATE SET
+    status = excluded.status, status_rank = excluded.status_rank, roles = excluded.roles,
     status_ms = excluded.status_ms
-WHERE members.status_ms <= excluded.status_ms";
+WHERE excluded.status_rank > members.status_rank
+   OR (excluded.status_rank = members.status_rank
+       AND (members.status_ms = 0 OR excluded.status_ms < members.status_ms))";
 
+/// The reachability of one incarnation; a row it creates has no status time yet.
 pub(crate) const UPSERT_MEMBER_REACHABILITY: &str = "\
-INSERT INTO members (cluster_id, address, uid, status, roles, status_ms, reachable, observers,
-    reachability_ms)
-VALUES ($1, $2, $3, $4, $5, 0, $6, $7, $8)
-ON CONFLICT (cluster_id, address) DO UPDATE SET
+INSERT INTO members (cluster_id, address, uid, status, status_rank, roles, status_ms,
+    reachable, observers, reachability_ms, first_seen_ms)
+VALUES ($1, $2, $3, $4, $5, $6, 0, $7, $8, $9, $10)
+ON CONFLICT (cluster_id, address, uid) DO UPDATE SET
     reachable = excluded.reachable, observers = excluded.observers,
     reachability_ms = excluded.reachability_ms
 WHERE members.reachability_ms <= excluded.reachability_ms";
@@ -139,9 +146,10 @@ SELECT c.id, c.name, c.leader, c.first_seen_ms,
         c.last_report_ms) AS last_report_ms
 FROM clusters c WHERE c.name = $1";
 
+/// Every incarnation of every address; `Store::members` keeps the current one of each.
 pub(crate) const MEMBERS: &str = "\
-SELECT address, uid, status, roles, status_ms, reachable, observers
-FROM members WHERE cluster_id = $1 ORDER BY address";
+SELECT address, uid, status, status_rank, roles, status_ms, first_seen_ms, reachable, observers
+FROM members WHERE cluster_id = $1 ORDER BY address, uid";
 
 pub(crate) const AGENTS: &str = "\
 SELECT id, node, incarnation, meta_node, first_seen_ms, last_report_ms, last_sent_ms,

@@ -5,26 +5,37 @@
 //! arrive out of order, so every change carries the event time and the SQL applies it only if
 //! it is not older than what is stored (`stored_ms <= at_ms`). Within one batch, later events
 //! win ties.
+//!
+//! # Incarnations
+//! Member state is kept per incarnation (address and uid): a restarted process at the same
+//! `host:port` is another member, and an event about the old incarnation (its removal, its
+//! reachability) never touches the new one's row. A member's status only moves forward in its
+//! lifecycle ([`status_rank`], the order gossip merges statuses in), so reports arriving in
+//! any order, from any reporter, end at the most advanced status reported; among reports of
+//! the same status the earliest time is kept as "since when".
 
-use troupe_protocol::{AgentIdentity, EventBody, MemberChange, ReportBatch};
+use troupe_protocol::{AgentIdentity, EventBody, MemberChange, MemberStatus, ReportBatch};
 
 /// One change to the current-state tables.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum StateChange {
-    /// A member's status (and identity, roles) changed.
+    /// A member incarnation's status (and roles) changed.
     MemberStatus {
         at_ms: i64,
         address: String,
         uid: i64,
         status: &'static str,
+        /// The status's place in the lifecycle (see [`status_rank`]).
+        rank: i64,
         roles: String,
     },
-    /// A member's reachability changed.
+    /// A member incarnation's reachability changed.
     Reachability {
         at_ms: i64,
         address: String,
         uid: i64,
         status: &'static str,
+        rank: i64,
         roles: String,
         reachable: bool,
         observers: String,
@@ -99,8 +110,8 @@ pub(crate) fn state_changes(batch: &ReportBatch) -> Vec<StateChange> {
 /// Which value a change overwrites whole, if it does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum OverwriteKey<'a> {
-    MemberStatus(&'a str),
-    Reachability(&'a str),
+    MemberStatus(&'a str, i64),
+    Reachability(&'a str, i64),
     Leader,
     Health,
 }
@@ -121,8 +132,12 @@ impl StateChange {
 
     fn overwrite_key(&self) -> Option<OverwriteKey<'_>> {
         match self {
-            Self::MemberStatus { address, .. } => Some(OverwriteKey::MemberStatus(address)),
-            Self::Reachability { address, .. } => Some(OverwriteKey::Reachability(address)),
+            Self::MemberStatus { address, uid, .. } => {
+                Some(OverwriteKey::MemberStatus(address, *uid))
+            }
+            Self::Reachability { address, uid, .. } => {
+                Some(OverwriteKey::Reachability(address, *uid))
+            }
             Self::Leader { .. } => Some(OverwriteKey::Leader),
             Self::Health { .. } => Some(OverwriteKey::Health),
             _ => None,
@@ -134,12 +149,22 @@ fn roles_json(change: &MemberChange) -> String {
     serde_json::to_string(&change.member.roles).unwrap_or_else(|_| "[]".to_owned())
 }
 
+/// A status's place in the member lifecycle: joining 0, weakly-up 1, up 2, leaving 3,
+/// exiting 4, down 5, removed 6. A stored status is replaced only by a higher one.
+pub(crate) fn status_rank(status: MemberStatus) -> i64 {
+    MemberStatus::ALL
+        .iter()
+        .position(|s| *s == status)
+        .unwrap_or_default() as i64
+}
+
 fn member_status(at_ms: i64, change: &MemberChange) -> StateChange {
     StateChange::MemberStatus {
         at_ms,
         address: change.member.address.clone(),
         uid: change.member.uid as i64,
         status: change.member.status.as_str(),
+        rank: status_rank(change.member.status),
         roles: roles_json(change),
     }
 }
@@ -163,6 +188,7 @@ fn reachability(
         address: change.member.address.clone(),
         uid: change.member.uid as i64,
         status: change.member.status.as_str(),
+        rank: status_rank(change.member.status),
         roles: roles_json(change),
         reachable,
         observers: serde_json::to_string(&observers).unwrap_or_else(|_| "[]".to_owned()),
@@ -248,9 +274,7 @@ fn change_for(reporter: &AgentIdentity, at_ms: i64, body: &EventBody) -> Option<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use troupe_protocol::{
-        AgentMeta, Event, LeaseChange, MemberInfo, MemberStatus, PROTOCOL_VERSION,
-    };
+    use troupe_protocol::{AgentMeta, Event, LeaseChange, MemberInfo, PROTOCOL_VERSION};
 
     fn batch(events: Vec<EventBody>) -> ReportBatch {
         ReportBatch {

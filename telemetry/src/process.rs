@@ -1,4 +1,4 @@
-//! The standard `process_*` metrics of the server process, read from `/proc/self` at each
+//! The standard `process_*` metrics of this process (server or agent), read from `/proc/self` at each
 //! scrape (Linux; elsewhere none are emitted), with the names and meanings of the Prometheus
 //! client libraries: CPU time, resident and virtual memory, open and maximum file descriptors,
 //! threads, start time.
@@ -14,19 +14,26 @@ const USER_HZ: f64 = 100.0;
 
 /// One reading of `/proc/self`.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub(crate) struct ProcessSample {
-    pub(crate) cpu_seconds: f64,
-    pub(crate) resident_bytes: f64,
-    pub(crate) virtual_bytes: f64,
-    pub(crate) open_fds: f64,
-    pub(crate) max_fds: f64,
-    pub(crate) threads: f64,
-    pub(crate) start_time_seconds: f64,
+pub struct ProcessSample {
+    /// User plus system CPU time.
+    pub cpu_seconds: f64,
+    /// Resident memory.
+    pub resident_bytes: f64,
+    /// Virtual memory.
+    pub virtual_bytes: f64,
+    /// Open file descriptors.
+    pub open_fds: f64,
+    /// The soft limit of open file descriptors (infinite when unlimited).
+    pub max_fds: f64,
+    /// OS threads.
+    pub threads: f64,
+    /// When the process started, in seconds since the Unix epoch.
+    pub start_time_seconds: f64,
 }
 
 impl ProcessSample {
     /// Reads `/proc/self`; `None` where there is no procfs.
-    pub(crate) fn read() -> Option<Self> {
+    pub fn read() -> Option<Self> {
         let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
         let status = std::fs::read_to_string("/proc/self/status").ok()?;
         let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
@@ -35,7 +42,9 @@ impl ProcessSample {
         Self::parse(&stat, &status, &limits, &boot, open_fds)
     }
 
-    pub(crate) fn parse(
+    /// Parses the contents of `/proc/self/stat`, `/proc/self/status`, `/proc/self/limits`,
+    /// `/proc/stat` and the count of `/proc/self/fd`; `None` when a field is missing.
+    pub fn parse(
         stat: &str,
         status: &str,
         limits: &str,
@@ -89,7 +98,7 @@ impl ProcessSample {
 
 /// Encodes the `process_*` metrics on each scrape.
 #[derive(Debug, Default)]
-pub(crate) struct ProcessCollector;
+pub struct ProcessCollector;
 
 impl Collector for ProcessCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
