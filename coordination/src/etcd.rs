@@ -243,11 +243,24 @@ impl LeaseStore for EtcdLeaseStore {
             reason,
         })?;
         let mut client = self.client.clone();
+        let key = self.key(name);
+        // Held already (the common case of a standby retrying): one read, no etcd lease granted
+        // and revoked again — two raft writes fewer, which is what kept a loaded etcd from
+        // confirming the holder's renewals in time.
+        let current = self
+            .bounded(name, "etcd get", client.get(key.clone(), None))
+            .await?;
+        if let Some(kv) = current.kvs().first() {
+            parse_lease_value(&key, kv).map_err(|reason| LeaseError::Malformed {
+                lease: name.to_owned(),
+                reason,
+            })?;
+            return Ok(None);
+        }
         let granted = self
             .bounded(name, "etcd lease grant", client.lease_grant(ttl, None))
             .await?;
         let id = granted.id();
-        let key = self.key(name);
         let value = serde_json::to_vec(&LeaseValue {
             owner: owner.to_owned(),
         })

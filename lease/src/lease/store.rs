@@ -403,22 +403,10 @@ impl<S: LeaseStore> Lease for GrantedLease<S> {
             }
             let ended = GrantEnded::default();
             let sent = Instant::now();
-            // A grant confirmed after its own loss deadline would be lost on arrival: bound the
-            // acquire by that deadline (the store's grant, if any, then expires by itself).
-            let granted = tokio::time::timeout_at(
-                sent + inner.loss_deadline,
-                inner
-                    .store
-                    .try_acquire(&inner.name, &inner.owner, &inner.settings, ended.clone()),
-            )
-            .await
-            .map_err(|_| LeaseError::Unavailable {
-                lease: inner.name.clone(),
-                reason: format!(
-                    "no answer to the acquire within its loss deadline {:?}",
-                    inner.loss_deadline
-                ),
-            })??;
+            let granted = inner
+                .store
+                .try_acquire(&inner.name, &inner.owner, &inner.settings, ended.clone())
+                .await?;
             let Some((token, grant)) = granted else {
                 return Ok(None);
             };
