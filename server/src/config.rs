@@ -93,6 +93,13 @@ pub struct Config {
         value_parser = clap::value_parser!(u64).range(1..))]
     pub agent_series_ttl_secs: u64,
 
+    /// Milliseconds an event time may be ahead of the server's receive time (a reporter's
+    /// clock running ahead) before it is stored as the receive time instead. Each agent's
+    /// measured skew is in the API (`clock_skew_ms` of its node) and on `/metrics`
+    /// (`troupe_agent_clock_skew_seconds`).
+    #[arg(long, env = "TROUPE_MAX_CLOCK_SKEW_MS", default_value_t = crate::store::DEFAULT_MAX_CLOCK_SKEW_MS)]
+    pub max_clock_skew_ms: u64,
+
     /// Largest ingest request body accepted, in bytes; larger ones get 413.
     #[arg(long, env = "TROUPE_MAX_BODY_BYTES", default_value_t = 8 * 1024 * 1024)]
     pub max_body_bytes: usize,
@@ -171,6 +178,7 @@ impl Config {
             retention_days: 7,
             agent_series_ttl_secs: 300,
             max_body_bytes: 8 * 1024 * 1024,
+            max_clock_skew_ms: crate::store::DEFAULT_MAX_CLOCK_SKEW_MS,
             workers: None,
             shutdown_timeout_secs: 30,
             otlp_endpoint: None,

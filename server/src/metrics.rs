@@ -150,6 +150,7 @@ pub struct Metrics {
     duplicates: Counter,
     agent_lag: Family<AgentLabels, Gauge<f64, AtomicU64>>,
     agent_last_report: Family<AgentLabels, Gauge<f64, AtomicU64>>,
+    agent_clock_skew: Family<AgentLabels, Gauge<f64, AtomicU64>>,
     agent_seen: Mutex<HashMap<AgentLabels, Instant>>,
     agent_series_ttl: Duration,
     stream_clients: Gauge,
@@ -219,6 +220,13 @@ impl Metrics {
             "When each agent's latest batch arrived (Unix seconds, server clock); removed when the agent has been silent for the agent series TTL",
             agent_last_report.clone(),
         );
+        let agent_clock_skew = Family::<AgentLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register_with_unit(
+            "troupe_agent_clock_skew",
+            "Send time (agent clock) minus receive time (server clock) of each agent's latest batch: how far its clock is ahead (negative: behind, or transit); event times more than --max-clock-skew-ms ahead are stored as the receive time; removed when the agent has been silent for the agent series TTL",
+            Unit::Seconds,
+            agent_clock_skew.clone(),
+        );
         let stream_clients = Gauge::default();
         registry.register(
             "troupe_event_stream_clients",
@@ -252,6 +260,7 @@ impl Metrics {
             duplicates,
             agent_lag,
             agent_last_report,
+            agent_clock_skew,
             agent_seen: Mutex::new(HashMap::new()),
             agent_series_ttl,
             stream_clients,
@@ -282,14 +291,24 @@ impl Metrics {
         self.store_duration.observe(seconds);
     }
 
-    /// Records a batch of agent `node` of `cluster`: its lag, and when it arrived
-    /// (`received_ms`, epoch milliseconds).
-    pub fn agent_report(&self, cluster: &str, node: &str, lag_seconds: f64, received_ms: i64) {
+    /// Records a batch of agent `node` of `cluster`: its lag, its clock skew (send time minus
+    /// receive time) and when it arrived (`received_ms`, epoch milliseconds).
+    pub fn agent_report(
+        &self,
+        cluster: &str,
+        node: &str,
+        lag_seconds: f64,
+        skew_seconds: f64,
+        received_ms: i64,
+    ) {
         let labels = AgentLabels {
             cluster: cluster.to_owned(),
             node: node.to_owned(),
         };
         self.agent_lag.get_or_create(&labels).set(lag_seconds);
+        self.agent_clock_skew
+            .get_or_create(&labels)
+            .set(skew_seconds);
         self.agent_last_report
             .get_or_create(&labels)
             .set(received_ms as f64 / 1000.0);
@@ -308,6 +327,7 @@ impl Metrics {
             let keep = now.saturating_duration_since(*last) <= ttl;
             if !keep {
                 self.agent_lag.remove(labels);
+                self.agent_clock_skew.remove(labels);
                 self.agent_last_report.remove(labels);
             }
             keep
@@ -353,10 +373,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_silent_agents_series_are_removed_after_the_ttl_and_a_reporting_ones_kept() {
         let metrics = Metrics::new(Duration::from_secs(300));
-        metrics.agent_report("app", "a:1", 0.25, 1_700_000_000_000);
-        metrics.agent_report("app", "b:1", 0.5, 1_700_000_000_000);
+        metrics.agent_report("app", "a:1", 0.25, 0.0, 1_700_000_000_000);
+        metrics.agent_report("app", "b:1", 0.5, 0.0, 1_700_000_000_000);
         tokio::time::advance(Duration::from_secs(200)).await;
-        metrics.agent_report("app", "b:1", 0.75, 1_700_000_200_000);
+        metrics.agent_report("app", "b:1", 0.75, 0.0, 1_700_000_200_000);
         let text = metrics.render(Exposition::Text004);
         assert!(text.contains(r#"troupe_agent_lag_seconds{cluster="app",node="a:1"} 0.25"#));
         assert!(text.contains(

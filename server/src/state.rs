@@ -43,7 +43,7 @@ impl AppState {
         let ingest_token = config.ingest_token.clone().unwrap_or_else(random_token);
         let (sender, receiver) = watch::channel(false);
         let state = Self {
-            store,
+            store: store.with_max_clock_skew_ms(config.max_clock_skew_ms),
             tokens: Tokens::new(ingest_token, config.admin_token.clone())
                 .with_coordination(config.coordination_token.clone()),
             metrics: Arc::new(Metrics::new(config.agent_series_ttl())),

@@ -49,6 +49,10 @@ macro_rules! with_pool {
     };
 }
 
+/// How far (milliseconds) an event time may be ahead of the server's receive time before it is
+/// stored as the receive time.
+pub const DEFAULT_MAX_CLOCK_SKEW_MS: u64 = 5_000;
+
 static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
 
@@ -87,6 +91,8 @@ enum Backend {
 #[derive(Debug, Clone)]
 pub struct Store {
     backend: Backend,
+    /// How far ahead of the receive time an event time may be before it is clamped.
+    max_clock_skew_ms: i64,
     /// Ids of clusters known to exist (clusters are never deleted).
     cluster_ids: Arc<Mutex<HashMap<String, i64>>>,
 }
@@ -171,8 +177,27 @@ impl Store {
     fn with_backend(backend: Backend) -> Self {
         Self {
             backend,
+            max_clock_skew_ms: DEFAULT_MAX_CLOCK_SKEW_MS as i64,
             cluster_ids: Arc::default(),
         }
+    }
+
+    /// Sets how far (milliseconds) an event time may be ahead of the receive time before it
+    /// is stored as the receive time (default [`DEFAULT_MAX_CLOCK_SKEW_MS`]).
+    #[must_use]
+    pub fn with_max_clock_skew_ms(mut self, max_clock_skew_ms: u64) -> Self {
+        self.max_clock_skew_ms = i64::try_from(max_clock_skew_ms).unwrap_or(i64::MAX);
+        self
+    }
+
+    /// `batch` as it is stored: times too far ahead of `received_ms` clamped to it.
+    #[must_use]
+    pub fn clamp_times<'a>(
+        &self,
+        batch: &'a ReportBatch,
+        received_ms: i64,
+    ) -> std::borrow::Cow<'a, ReportBatch> {
+        state::clamp_times(batch, received_ms, self.max_clock_skew_ms)
     }
 
     /// Which backend this store uses.
@@ -240,6 +265,7 @@ impl Store {
         batch: &ReportBatch,
         received_ms: i64,
     ) -> Result<IngestOutcome, StoreError> {
+        let batch = &*self.clamp_times(batch, received_ms);
         let known = self
             .cluster_ids
             .lock()

@@ -58,6 +58,7 @@ api_suite!(
     singleton_shows_host_lease_and_hand_over_history,
     routers_show_routees_and_a_bucketed_depth_series,
     unknown_cluster_is_404,
+    a_reporter_clock_ten_years_ahead_never_freezes_the_current_state,
 );
 
 fn config(adjust: impl FnOnce(&mut Config)) -> Config {
@@ -708,4 +709,134 @@ async fn openapi_document_describes_every_route_and_the_docs_page_works_offline(
         html.contains("openapi.json") && !html.contains("https://"),
         "self-contained page"
     );
+}
+
+const TEN_YEARS_MS: i64 = 3_652 * 86_400_000;
+
+async fn get_json<S>(app: &S, uri: &str) -> Value
+where
+    S: actix_web::dev::Service<
+            actix_http::Request,
+            Response = actix_web::dev::ServiceResponse,
+            Error = actix_web::Error,
+        >,
+{
+    body_json(call_service(app, TestRequest::get().uri(uri).to_request()).await).await
+}
+
+/// Issue 14, item 8, with a reporter whose clock is ten years ahead of the server's: its
+/// reports are stored at the receive time and its skew is shown (API and `/metrics`); the
+/// correct reports that follow — its own once its clock is fixed, and another agent's — decide
+/// the current state.
+async fn a_reporter_clock_ten_years_ahead_never_freezes_the_current_state(store: Store) {
+    let app = service!(state(store.clone(), |_| {}));
+    let instance = |host: &str| SingletonInstance {
+        singleton: "Scheduler".into(),
+        role: None,
+        host: host.into(),
+        backoff_ms: None,
+        reason: None,
+    };
+    let routees = |list: &[&str]| RouteesChange {
+        router: "/user/r".into(),
+        strategy: RoutingStrategy::RoundRobin,
+        routees: list.iter().map(|r| (*r).to_owned()).collect(),
+    };
+    let ahead = troupe_server::time::now_ms() + TEN_YEARS_MS;
+    let wrong = BatchBuilder::new("app", "a:1", 1)
+        .sent_at(ahead)
+        .member(ahead, EventBody::MemberUp, "b:1", MemberStatus::Up, &[])
+        .member(
+            ahead,
+            EventBody::MemberUnreachable,
+            "b:1",
+            MemberStatus::Up,
+            &[],
+        )
+        .event(
+            ahead,
+            EventBody::LeaderChanged(LeaderChange {
+                leader: Some("b:1".into()),
+            }),
+        )
+        .event(ahead, EventBody::SingletonStarted(instance("b:1")))
+        .event(ahead, EventBody::RouteesChanged(routees(&["x"])))
+        .build();
+    let resp = call_service(&app, ingest_request(json_of(&wrong), Some(INGEST))).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let nodes = get_json(&app, "/api/v1/clusters/app/nodes").await;
+    let skew = nodes[0]["clock_skew_ms"].as_i64().expect("clock_skew_ms");
+    assert!(
+        (TEN_YEARS_MS - 60_000..=TEN_YEARS_MS).contains(&skew),
+        "the skew is recorded: {nodes:#}"
+    );
+    let metrics = String::from_utf8(
+        read_body(call_service(&app, TestRequest::get().uri("/metrics").to_request()).await)
+            .await
+            .to_vec(),
+    )
+    .unwrap();
+    let gauge = metrics
+        .lines()
+        .find(|l| l.starts_with("troupe_agent_clock_skew_seconds{"))
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no skew gauge in {metrics}"));
+    assert!(gauge > (TEN_YEARS_MS / 1000 - 60) as f64, "{gauge}");
+    let events = get_json(&app, "/api/v1/clusters/app/events?kind=LeaderChanged").await;
+    let stored_at = events["events"][0]["at_ms"].as_i64().expect("event time");
+    assert!(
+        stored_at <= troupe_server::time::now_ms(),
+        "a time ten years ahead is stored as the receive time: {events:#}"
+    );
+
+    // Its clock is fixed: its next batch decides, whatever the times say.
+    let now = troupe_server::time::now_ms();
+    let fixed = BatchBuilder::new("app", "a:1", 2)
+        .sent_at(now)
+        .member(
+            now,
+            EventBody::MemberReachable,
+            "b:1",
+            MemberStatus::Up,
+            &[],
+        )
+        .event(
+            now,
+            EventBody::LeaderChanged(LeaderChange {
+                leader: Some("c:1".into()),
+            }),
+        )
+        .event(now, EventBody::SingletonStopped(instance("b:1")))
+        .event(now, EventBody::SingletonStarted(instance("c:1")))
+        .event(now, EventBody::RouteesChanged(routees(&["x", "y"])))
+        .build();
+    call_service(&app, ingest_request(json_of(&fixed), Some(INGEST))).await;
+    let members = get_json(&app, "/api/v1/clusters/app/members").await;
+    assert_eq!(members["leader"], "c:1", "{members:#}");
+    assert_eq!(members["unreachable"], json!([]), "{members:#}");
+    let singletons = get_json(&app, "/api/v1/clusters/app/singletons").await;
+    assert_eq!(singletons[0]["host"], "c:1", "{singletons:#}");
+    let routers = get_json(&app, "/api/v1/clusters/app/routers").await;
+    assert_eq!(routers[0]["routees"], json!(["x", "y"]), "{routers:#}");
+    let nodes = get_json(&app, "/api/v1/clusters/app/nodes").await;
+    assert!(
+        nodes[0]["clock_skew_ms"].as_i64().unwrap().abs() < 60_000,
+        "the latest batch's skew: {nodes:#}"
+    );
+
+    // Another agent with a correct clock reports a later change: it wins too.
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let later = troupe_server::time::now_ms();
+    let other = BatchBuilder::new("app", "d:1", 1)
+        .sent_at(later)
+        .event(
+            later,
+            EventBody::LeaderChanged(LeaderChange {
+                leader: Some("d:1".into()),
+            }),
+        )
+        .build();
+    call_service(&app, ingest_request(json_of(&other), Some(INGEST))).await;
+    let members = get_json(&app, "/api/v1/clusters/app/members").await;
+    assert_eq!(members["leader"], "d:1", "{members:#}");
 }

@@ -374,15 +374,14 @@ async fn every_page_renders_the_seeded_history_and_links_pages_together(store: S
 async fn overlapping_singleton_instances_raise_a_warning(store: Store) {
     let app = service!(state(store));
     let t = now();
-    let started = |host: &str| {
-        EventBody::SingletonStarted(SingletonInstance {
-            singleton: "ledger".to_owned(),
-            role: None,
-            host: host.to_owned(),
-            backoff_ms: None,
-            reason: None,
-        })
+    let instance = |singleton: &str, host: &str| SingletonInstance {
+        singleton: singleton.to_owned(),
+        role: None,
+        host: host.to_owned(),
+        backoff_ms: None,
+        reason: None,
     };
+    let started = |host: &str| EventBody::SingletonStarted(instance("ledger", host));
     ingest!(
         app,
         BatchBuilder::new("prod", "a:1", 1)
@@ -398,6 +397,20 @@ async fn overlapping_singleton_instances_raise_a_warning(store: Store) {
                 }),
             )
             .event(t - 29_000, started("b:1"))
+            // The old host reports its stop only after the new instance started: two ran.
+            .event(
+                t - 20_000,
+                EventBody::SingletonStopped(instance("ledger", "a:1")),
+            )
+            // Another singleton whose old host never reported a stop: unknown, not two.
+            .event(
+                t - 60_000,
+                EventBody::SingletonStarted(instance("audit", "a:1")),
+            )
+            .event(
+                t - 29_000,
+                EventBody::SingletonStarted(instance("audit", "b:1")),
+            )
             .build()
     );
     let (status, _, page) = get!(app, "/ui/singletons?cluster=prod");
@@ -406,6 +419,16 @@ async fn overlapping_singleton_instances_raise_a_warning(store: Store) {
         page.contains("Two live instances at once:</b> a:1 and b:1"),
         "{page}"
     );
+    assert_eq!(
+        page.matches("Two live instances at once").count(),
+        1,
+        "only the ledger's overlap is known: {page}"
+    );
+    assert!(
+        page.contains("Perhaps two instances at once (unknown):</b> b:1 started at"),
+        "{page}"
+    );
+    assert!(page.contains("while a:1 had not reported a stop"), "{page}");
     assert!(
         page.contains("<div class=\"value\">1</div><div class=\"label\">hand-overs timed out"),
         "{page}"

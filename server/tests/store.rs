@@ -59,6 +59,7 @@ store_suite!(
     a_quick_restart_at_the_same_address_shows_the_new_incarnation_whatever_the_arrival_order,
     a_removed_incarnations_unreachability_goes_with_it,
     a_members_status_never_moves_back_in_its_lifecycle,
+    an_agents_later_batch_wins_whatever_its_times_say_and_future_times_are_clamped,
 );
 
 async fn cluster_id(store: &Store, name: &str) -> i64 {
@@ -386,7 +387,8 @@ async fn dead_letters_filter_by_recipient_and_type_and_count_per_minute(store: &
         .dead_letter(61_000, "/user/b", "A")
         .dead_letter(62_000, "/user/a", "A")
         .build();
-    store.ingest(&batch, 1).await.unwrap();
+    // Received after the events (a time ahead of the receive time would be clamped).
+    store.ingest(&batch, 100_000).await.unwrap();
     let cid = cluster_id(store, "app").await;
     let filter = DeadLetterFilter {
         recipient: Some("/user/a".into()),
@@ -700,7 +702,7 @@ async fn per_minute_counts_add_up_across_batches_and_agents_and_ignore_retries(s
         .dead_letter(4_000, "/user/a", "A")
         .build();
     for batch in [&first, &second, &first, &other_agent, &second] {
-        store.ingest(batch, 1).await.unwrap();
+        store.ingest(batch, 100_000).await.unwrap();
     }
     let counts = store
         .dead_letter_counts(
@@ -843,4 +845,74 @@ async fn a_members_status_never_moves_back_in_its_lifecycle(store: &Store) {
         .map(|m| (m.address.as_str(), m.status.as_str(), m.status_ms))
         .collect();
     assert_eq!(summary, [("b:1", "removed", 10), ("c:1", "up", 30)]);
+}
+
+/// Issue 14, item 8: one agent's reports are ordered by its batch sequence, another agent's by
+/// time; a time beyond the receive time plus the allowed skew is stored as the receive time.
+async fn an_agents_later_batch_wins_whatever_its_times_say_and_future_times_are_clamped(
+    store: &Store,
+) {
+    use troupe_protocol::{AgentHealth, HealthChange};
+    let leader = |who: &str| {
+        EventBody::LeaderChanged(LeaderChange {
+            leader: Some(who.to_owned()),
+        })
+    };
+    let health = |health| {
+        EventBody::AgentHealthChanged(HealthChange {
+            health,
+            reason: None,
+        })
+    };
+    let first = BatchBuilder::new("app", "a:1", 1)
+        .event(100, leader("x:1"))
+        .event(100, health(AgentHealth::Ready))
+        .build();
+    let second = BatchBuilder::new("app", "a:1", 2)
+        .event(90, leader("y:1"))
+        .event(90, health(AgentHealth::Draining))
+        .build();
+    let other_older = BatchBuilder::new("app", "b:1", 1)
+        .event(80, leader("z:1"))
+        .build();
+    store.ingest(&first, 50).await.unwrap();
+    store.ingest(&second, 60).await.unwrap();
+    store.ingest(&other_older, 70).await.unwrap();
+    let cid = cluster_id(store, "app").await;
+    let cluster = store.cluster("app").await.unwrap().unwrap();
+    assert_eq!(cluster.leader.as_deref(), Some("y:1"));
+    let agents = store.agents(cid).await.unwrap();
+    let a = agents.iter().find(|a| a.node == "a:1").unwrap();
+    assert_eq!(a.health.as_deref(), Some("draining"));
+
+    let ten_years = 3_652 * 86_400_000;
+    let future = BatchBuilder::new("app", "c:1", 1)
+        .sent_at(1_000 + ten_years)
+        .event(1_000 + ten_years, leader("c:1"))
+        .build();
+    store.ingest(&future, 1_000).await.unwrap();
+    let correct = BatchBuilder::new("app", "b:1", 2)
+        .event(1_010, leader("b:1"))
+        .build();
+    store.ingest(&correct, 1_020).await.unwrap();
+    let cluster = store.cluster("app").await.unwrap().unwrap();
+    assert_eq!(
+        cluster.leader.as_deref(),
+        Some("b:1"),
+        "a correct report after one from the future"
+    );
+    let events = store
+        .events(
+            cid,
+            &EventFilter {
+                node: Some("c:1".into()),
+                ..all_events()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(events[0].at_ms, 1_000, "stored at the receive time");
+    let agents = store.agents(cid).await.unwrap();
+    let c = agents.iter().find(|a| a.node == "c:1").unwrap();
+    assert_eq!(c.clock_skew_ms, ten_years, "the skew is recorded");
 }

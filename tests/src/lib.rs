@@ -4,6 +4,7 @@
 pub mod control_plane;
 pub mod flood;
 pub mod relay;
+pub mod rolling;
 
 use std::net::TcpListener;
 use std::path::PathBuf;

@@ -355,8 +355,12 @@ pub struct SingletonView {
     pub hand_overs: usize,
     /// Hand-overs timed out in the history shown.
     pub timeouts: usize,
-    /// Two instances ran at once (one line per time it happened).
+    /// Two instances ran at once (one line per time it happened): the older one reported its
+    /// stop only after the newer one started.
     pub overlaps: Vec<String>,
+    /// An instance started while another's stop had never been reported (lost, or its host
+    /// died): whether two ran at once is unknown.
+    pub unknown_overlaps: Vec<String>,
     /// History, newest first.
     pub history: Vec<HistoryView>,
     /// Its events on the timeline.

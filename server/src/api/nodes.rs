@@ -35,7 +35,7 @@ pub struct NodeDto {
     pub node: String,
     /// Its incarnation.
     #[serde(with = "troupe_protocol::wire::u64_string")]
-    #[schema(value_type = String, format = "uint64")]
+    #[schema(value_type = troupe_protocol::wire::schema::U64)]
     pub incarnation: u64,
     /// The machine it runs on (`meta.node`).
     pub meta_node: Option<String>,
@@ -51,6 +51,11 @@ pub struct NodeDto {
     pub last_sequence: i64,
     /// Dropped items (running totals).
     pub dropped: DroppedDto,
+    /// Its clock minus the server's, in milliseconds, measured on its latest batch (send
+    /// time minus receive time, so transit makes a correct clock slightly negative). Event
+    /// times more than `--max-clock-skew-ms` ahead of the receive time are stored as the
+    /// receive time.
+    pub clock_skew_ms: i64,
 }
 
 impl From<AgentRow> for NodeDto {
@@ -64,6 +69,7 @@ impl From<AgentRow> for NodeDto {
             last_report: datetime(row.last_report_ms),
             last_sent: datetime(row.last_sent_ms),
             last_sequence: row.last_sequence,
+            clock_skew_ms: row.clock_skew_ms,
             dropped: DroppedDto {
                 membership: row.dropped_membership,
                 singleton: row.dropped_singleton,
@@ -77,9 +83,10 @@ impl From<AgentRow> for NodeDto {
 }
 
 /// Every agent incarnation of a cluster, by address, newest incarnation first.
-#[utoipa::path(get, path = "/api/v1/clusters/{cluster}/nodes", tag = "nodes",
+#[utoipa::path(get, path = "/api/v1/clusters/{cluster}/nodes", operation_id = "listNodes", tag = "nodes",
     params(("cluster" = String, Path, description = "Cluster name")),
-    responses((status = 200, body = [NodeDto]), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = [NodeDto]), (status = 404, description = "No such cluster", body = ErrorBody),
+              (status = 503, description = "Store unavailable; retry", body = ErrorBody)))]
 pub async fn list(
     state: web::Data<AppState>,
     cluster: web::Path<String>,

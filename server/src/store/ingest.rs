@@ -4,7 +4,8 @@
 
 /// Runs the state changes of a batch inside transaction `$tx` (same SQL on both backends).
 macro_rules! apply_state_changes {
-    ($tx:expr, $cluster_id:expr, $agent_id:expr, $received_ms:expr, $changes:expr) => {{
+    ($tx:expr, $cluster_id:expr, $agent_id:expr, $sequence:expr, $received_ms:expr, $changes:expr) => {{
+        let sequence: i64 = $sequence;
         use crate::store::state::StateChange;
         for change in $changes {
             match change {
@@ -49,6 +50,8 @@ macro_rules! apply_state_changes {
                         .bind(observers)
                         .bind(at_ms)
                         .bind($received_ms)
+                        .bind($agent_id)
+                        .bind(sequence)
                         .execute(&mut *$tx)
                         .await?;
                 }
@@ -57,6 +60,8 @@ macro_rules! apply_state_changes {
                         .bind($cluster_id)
                         .bind(leader)
                         .bind(at_ms)
+                        .bind($agent_id)
+                        .bind(sequence)
                         .execute(&mut *$tx)
                         .await?;
                 }
@@ -72,6 +77,8 @@ macro_rules! apply_state_changes {
                         .bind(role)
                         .bind(host)
                         .bind(at_ms)
+                        .bind($agent_id)
+                        .bind(sequence)
                         .execute(&mut *$tx)
                         .await?;
                 }
@@ -87,6 +94,8 @@ macro_rules! apply_state_changes {
                         .bind(role)
                         .bind(host)
                         .bind(at_ms)
+                        .bind($agent_id)
+                        .bind(sequence)
                         .execute(&mut *$tx)
                         .await?;
                 }
@@ -104,6 +113,8 @@ macro_rules! apply_state_changes {
                         .bind(lease)
                         .bind(holder)
                         .bind(at_ms)
+                        .bind($agent_id)
+                        .bind(sequence)
                         .execute(&mut *$tx)
                         .await?;
                 }
@@ -123,6 +134,8 @@ macro_rules! apply_state_changes {
                         .bind(routee_path)
                         .bind(routees)
                         .bind(at_ms)
+                        .bind($agent_id)
+                        .bind(sequence)
                         .execute(&mut *$tx)
                         .await?;
                 }
@@ -131,6 +144,7 @@ macro_rules! apply_state_changes {
                         .bind($agent_id)
                         .bind(*health)
                         .bind(at_ms)
+                        .bind(sequence)
                         .execute(&mut *$tx)
                         .await?;
                 }
@@ -175,6 +189,7 @@ macro_rules! begin_batch {
             .bind(d.dead_letters as i64)
             .bind(d.health as i64)
             .bind(d.depth_samples as i64)
+            .bind(batch.sent_at_ms.saturating_sub($received_ms))
             .fetch_one(&mut *$tx)
             .await?;
         let items = (batch.events.len() + batch.depth_samples.len()) as i64;

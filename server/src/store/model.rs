@@ -50,6 +50,9 @@ pub struct AgentRow {
     pub dropped_health: i64,
     /// Dropped depth samples.
     pub dropped_depth_samples: i64,
+    /// The agent's clock minus the server's, as measured on its latest batch: its send time
+    /// minus the receive time (transit included, so slightly negative for a correct clock).
+    pub clock_skew_ms: i64,
 }
 
 /// A member incarnation as the reports said.

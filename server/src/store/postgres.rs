@@ -79,7 +79,14 @@ pub(super) async fn ingest(
             .execute(&mut *tx)
             .await?;
     }
-    apply_state_changes!(tx, cluster_id, agent_id, received_ms, &changes);
+    apply_state_changes!(
+        tx,
+        cluster_id,
+        agent_id,
+        batch.sequence as i64,
+        received_ms,
+        &changes
+    );
     let operations = take_operations!(tx, cluster_id, agent_id, received_ms);
     if !rows.events.at_ms.is_empty() || !rows.dead_letters.at_ms.is_empty() {
         // Event and dead-letter ids are the live stream's positions: taken under the

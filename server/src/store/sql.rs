@@ -15,13 +15,15 @@ pub(crate) const CLUSTER_ID: &str = "SELECT id FROM clusters WHERE name = $1";
 pub(crate) const UPSERT_AGENT: &str = "\
 INSERT INTO agents (cluster_id, node, incarnation, meta_node, first_seen_ms, last_report_ms,
     last_sent_ms, last_sequence, dropped_membership, dropped_singleton, dropped_router,
-    dropped_dead_letters, dropped_health, dropped_depth_samples)
-VALUES ($1, $2, $3, $4, $5, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+    dropped_dead_letters, dropped_health, dropped_depth_samples, clock_skew_ms)
+VALUES ($1, $2, $3, $4, $5, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
 ON CONFLICT (cluster_id, node, incarnation) DO UPDATE SET
     meta_node = excluded.meta_node,
     last_report_ms = excluded.last_report_ms,
     last_sent_ms = CASE WHEN excluded.last_sequence >= agents.last_sequence
         THEN excluded.last_sent_ms ELSE agents.last_sent_ms END,
+    clock_skew_ms = CASE WHEN excluded.last_sequence >= agents.last_sequence
+        THEN excluded.clock_skew_ms ELSE agents.clock_skew_ms END,
     last_sequence = CASE WHEN excluded.last_sequence > agents.last_sequence
         THEN excluded.last_sequence ELSE agents.last_sequence END,
     dropped_membership = CASE WHEN excluded.dropped_membership > agents.dropped_membership
@@ -56,53 +58,84 @@ WHERE excluded.status_rank > members.status_rank
    OR (excluded.status_rank = members.status_rank
        AND (members.status_ms = 0 OR excluded.status_ms < members.status_ms))";
 
-/// The reachability of one incarnation; a row it creates has no status time yet.
+/// The reachability of one incarnation; a row it creates has no status time yet. Ordered by
+/// the reporting agent's batch sequence when the same agent set it, else by event time.
 pub(crate) const UPSERT_MEMBER_REACHABILITY: &str = "\
 INSERT INTO members (cluster_id, address, uid, status, status_rank, roles, status_ms,
-    reachable, observers, reachability_ms, first_seen_ms)
-VALUES ($1, $2, $3, $4, $5, $6, 0, $7, $8, $9, $10)
+    reachable, observers, reachability_ms, first_seen_ms, reachability_agent_id,
+    reachability_seq)
+VALUES ($1, $2, $3, $4, $5, $6, 0, $7, $8, $9, $10, $11, $12)
 ON CONFLICT (cluster_id, address, uid) DO UPDATE SET
     reachable = excluded.reachable, observers = excluded.observers,
-    reachability_ms = excluded.reachability_ms
-WHERE members.reachability_ms <= excluded.reachability_ms";
+    reachability_ms = excluded.reachability_ms,
+    reachability_agent_id = excluded.reachability_agent_id,
+    reachability_seq = excluded.reachability_seq
+WHERE CASE WHEN members.reachability_agent_id = excluded.reachability_agent_id
+    THEN members.reachability_seq <= excluded.reachability_seq
+    ELSE members.reachability_ms <= excluded.reachability_ms END";
 
+/// Ordered by the agent's batch sequence when the same agent set it, else by event time.
 pub(crate) const UPDATE_LEADER: &str = "\
-UPDATE clusters SET leader = $2, leader_at_ms = $3 WHERE id = $1 AND leader_at_ms <= $3";
+UPDATE clusters SET leader = $2, leader_at_ms = $3, leader_agent_id = $4, leader_seq = $5
+WHERE id = $1
+  AND CASE WHEN leader_agent_id = $4 THEN leader_seq <= $5 ELSE leader_at_ms <= $3 END";
 
+/// Ordered by the agent's batch sequence when the same agent set the host, else by event time;
+/// a start by another agent always follows a recorded stop (an instance starts after the
+/// previous one stopped, whatever the two reporters' clocks say).
 pub(crate) const UPSERT_SINGLETON_HOST: &str = "\
-INSERT INTO singletons (cluster_id, name, role, host, host_at_ms) VALUES ($1, $2, $3, $4, $5)
+INSERT INTO singletons (cluster_id, name, role, host, host_at_ms, host_agent_id, host_seq)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
 ON CONFLICT (cluster_id, name) DO UPDATE SET
-    role = excluded.role, host = excluded.host, host_at_ms = excluded.host_at_ms
-WHERE singletons.host_at_ms <= excluded.host_at_ms";
+    role = excluded.role, host = excluded.host, host_at_ms = excluded.host_at_ms,
+    host_agent_id = excluded.host_agent_id, host_seq = excluded.host_seq
+WHERE CASE WHEN singletons.host_agent_id = excluded.host_agent_id
+    THEN singletons.host_seq <= excluded.host_seq
+    ELSE singletons.host IS NULL OR singletons.host_at_ms <= excluded.host_at_ms END";
 
 /// A stop clears the host only if the stopped instance is the one on record.
 pub(crate) const UPSERT_SINGLETON_STOPPED: &str = "\
-INSERT INTO singletons (cluster_id, name, role, host, host_at_ms) VALUES ($1, $2, $3, NULL, $5)
-ON CONFLICT (cluster_id, name) DO UPDATE SET host = NULL, host_at_ms = excluded.host_at_ms
-WHERE singletons.host_at_ms <= excluded.host_at_ms AND singletons.host = $4";
+INSERT INTO singletons (cluster_id, name, role, host, host_at_ms, host_agent_id, host_seq)
+VALUES ($1, $2, $3, NULL, $5, $6, $7)
+ON CONFLICT (cluster_id, name) DO UPDATE SET host = NULL, host_at_ms = excluded.host_at_ms,
+    host_agent_id = excluded.host_agent_id, host_seq = excluded.host_seq
+WHERE singletons.host = $4
+  AND CASE WHEN singletons.host_agent_id = excluded.host_agent_id
+    THEN singletons.host_seq <= excluded.host_seq
+    ELSE singletons.host_at_ms <= excluded.host_at_ms END";
 
 pub(crate) const UPSERT_SINGLETON_LEASE: &str = "\
-INSERT INTO singletons (cluster_id, name, role, lease, lease_holder, lease_at_ms)
-VALUES ($1, $2, $3, $4, $5, $6)
+INSERT INTO singletons (cluster_id, name, role, lease, lease_holder, lease_at_ms,
+    lease_agent_id, lease_seq)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 ON CONFLICT (cluster_id, name) DO UPDATE SET
     lease = excluded.lease, lease_holder = excluded.lease_holder,
-    lease_at_ms = excluded.lease_at_ms
-WHERE singletons.lease_at_ms <= excluded.lease_at_ms";
+    lease_at_ms = excluded.lease_at_ms, lease_agent_id = excluded.lease_agent_id,
+    lease_seq = excluded.lease_seq
+WHERE CASE WHEN singletons.lease_agent_id = excluded.lease_agent_id
+    THEN singletons.lease_seq <= excluded.lease_seq
+    ELSE singletons.lease_at_ms <= excluded.lease_at_ms END";
 
 /// `RouterStarted` brings role and routee path, `RouteesChanged` the routees: keep the rest.
 pub(crate) const UPSERT_ROUTER: &str = "\
-INSERT INTO routers (cluster_id, path, strategy, role, routee_path, routees, updated_ms)
-VALUES ($1, $2, $3, $4, $5, COALESCE($6, '[]'), $7)
+INSERT INTO routers (cluster_id, path, strategy, role, routee_path, routees, updated_ms,
+    updated_agent_id, updated_seq)
+VALUES ($1, $2, $3, $4, $5, COALESCE($6, '[]'), $7, $8, $9)
 ON CONFLICT (cluster_id, path) DO UPDATE SET
     strategy = excluded.strategy,
     role = COALESCE(excluded.role, routers.role),
     routee_path = COALESCE(excluded.routee_path, routers.routee_path),
     routees = CASE WHEN $6 IS NULL THEN routers.routees ELSE excluded.routees END,
-    updated_ms = excluded.updated_ms
-WHERE routers.updated_ms <= excluded.updated_ms";
+    updated_ms = excluded.updated_ms, updated_agent_id = excluded.updated_agent_id,
+    updated_seq = excluded.updated_seq
+WHERE CASE WHEN routers.updated_agent_id = excluded.updated_agent_id
+    THEN routers.updated_seq <= excluded.updated_seq
+    ELSE routers.updated_ms <= excluded.updated_ms END";
 
+/// An agent's own health: ordered by its batch sequence alone.
 pub(crate) const UPDATE_HEALTH: &str = "\
-UPDATE agents SET health = $2, health_at_ms = $3 WHERE id = $1 AND health_at_ms <= $3";
+UPDATE agents SET health = $2, health_at_ms = $3, health_seq = $4
+WHERE id = $1 AND health_seq <= $4";
 
 /// Operations go only to an agent that can carry them out: a ready one (or one that reports no
 /// health), never one still starting, draining or fenced (it is not yet, or no longer, a
@@ -154,7 +187,7 @@ FROM members WHERE cluster_id = $1 ORDER BY address, uid";
 pub(crate) const AGENTS: &str = "\
 SELECT id, node, incarnation, meta_node, first_seen_ms, last_report_ms, last_sent_ms,
     last_sequence, health, dropped_membership, dropped_singleton, dropped_router,
-    dropped_dead_letters, dropped_health, dropped_depth_samples
+    dropped_dead_letters, dropped_health, dropped_depth_samples, clock_skew_ms
 FROM agents WHERE cluster_id = $1 ORDER BY node, first_seen_ms DESC, id DESC";
 
 /// Followed by the bound cluster id and optional filters.

@@ -73,7 +73,14 @@ pub(super) async fn ingest(
             .execute(&mut *tx)
             .await?;
     }
-    apply_state_changes!(tx, cluster_id, agent_id, received_ms, &changes);
+    apply_state_changes!(
+        tx,
+        cluster_id,
+        agent_id,
+        batch.sequence as i64,
+        received_ms,
+        &changes
+    );
     let operations = take_operations!(tx, cluster_id, agent_id, received_ms);
     tx.commit().await?;
     Ok((rows.outcome(operations), cluster_id))

@@ -6,6 +6,13 @@
 //! it is not older than what is stored (`stored_ms <= at_ms`). Within one batch, later events
 //! win ties.
 //!
+//! # Clocks
+//! The server does not trust a reporter's clock alone. Event times later than the receive
+//! time plus the allowed skew ([`clamp_times`], `--max-clock-skew-ms`) are stored as the
+//! receive time. A current-state value remembers the agent incarnation and batch sequence that
+//! set it: a later batch of the same agent replaces it whatever its times say (an agent's own
+//! reports are ordered by its sequence), a report of another agent when its time is not older.
+//!
 //! # Incarnations
 //! Member state is kept per incarnation (address and uid): a restarted process at the same
 //! `host:port` is another member, and an event about the old incarnation (its removal, its
@@ -76,6 +83,35 @@ pub(crate) enum StateChange {
     },
     /// The reporting agent's health changed.
     Health { at_ms: i64, health: &'static str },
+}
+
+/// `batch` with every event and depth-tick time later than `received_ms + max_ahead_ms`
+/// clamped to `received_ms` (a clock ahead of the server's by more than the allowed skew): a
+/// report dated in the future can never outrank the reports that follow it. Borrowed when no
+/// time needs clamping.
+pub(crate) fn clamp_times(
+    batch: &ReportBatch,
+    received_ms: i64,
+    max_ahead_ms: i64,
+) -> std::borrow::Cow<'_, ReportBatch> {
+    let limit = received_ms.saturating_add(max_ahead_ms);
+    let ahead = batch.events.iter().any(|e| e.at_ms > limit)
+        || batch.depth_samples.iter().any(|t| t.at_ms > limit);
+    if !ahead {
+        return std::borrow::Cow::Borrowed(batch);
+    }
+    let mut clamped = batch.clone();
+    for event in &mut clamped.events {
+        if event.at_ms > limit {
+            event.at_ms = received_ms;
+        }
+    }
+    for tick in &mut clamped.depth_samples {
+        if tick.at_ms > limit {
+            tick.at_ms = received_ms;
+        }
+    }
+    std::borrow::Cow::Owned(clamped)
 }
 
 /// The state changes in `batch`, in batch order.
