@@ -9,7 +9,7 @@
 //! - [`directory`]: the [`Directory`](directory::Directory) (which host owns an actor id) and
 //!   the in-memory directory.
 //! - `testing` (feature `testing`): the conformance suite every backend passes, and
-//!   [`conformance_tests!`] to write one test per case.
+//!   `conformance_tests!` to write one test per case.
 //!
 //! The actor runtime re-exports both modules as `troupe::lease` and `troupe::directory`; the
 //! etcd, PostgreSQL and control-plane backends are in `troupe-coordination`, the Kubernetes

@@ -1,6 +1,6 @@
 //! Cluster singletons: exactly one instance of an actor in the cluster, on the first
 //! address-sorted up member (with a role: the first up member carrying it), moved with a
-//! hand-over when membership changes, optionally guarded by a [`Lease`].
+//! hand-over when membership changes, optionally guarded by a [`Lease`](crate::lease::Lease).
 //!
 //! ```no_run
 //! use troupe::singleton::{ClusterSingleton, SingletonKey, StartSingletonOptions};
