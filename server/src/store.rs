@@ -491,7 +491,7 @@ impl Store {
             // Whole minutes: the one holding `since` counts entirely.
             if let Some(since) = filter.since_ms {
                 q.push(" AND d.minute_ms >= ")
-                    .push_bind(since.div_euclid(60_000) * 60_000);
+                    .push_bind(since.div_euclid(60_000).saturating_mul(60_000));
             }
             if let Some(until) = filter.until_ms {
                 q.push(" AND d.minute_ms < ").push_bind(until);

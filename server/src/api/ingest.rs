@@ -146,6 +146,22 @@ async fn read_limited(
     Ok(body)
 }
 
+/// Whether JSON text holds an escaped NUL (`\u0000`, not the text `\\u0000`).
+fn escapes_nul(json: &[u8]) -> bool {
+    let mut backslashes = 0usize;
+    for (i, &byte) in json.iter().enumerate() {
+        if byte == b'\\' {
+            backslashes += 1;
+            continue;
+        }
+        if byte == b'u' && backslashes % 2 == 1 && json[i + 1..].starts_with(b"0000") {
+            return true;
+        }
+        backslashes = 0;
+    }
+    false
+}
+
 /// Parses and validates a batch.
 pub(crate) fn parse(body: &[u8]) -> Result<ReportBatch, ApiError> {
     if body.is_empty() {
@@ -174,11 +190,26 @@ pub(crate) fn parse(body: &[u8]) -> Result<ReportBatch, ApiError> {
             batch.sequence
         )));
     }
-    // PostgreSQL text cannot hold NUL; refusing it here keeps both stores alike.
-    if body.windows(6).any(|w| w == b"\\u0000") {
+    // PostgreSQL text cannot hold NUL; refusing it here keeps both stores alike. What is
+    // stored is the batch as parsed (fields this server does not know are not kept), so that
+    // is what is checked.
+    if serde_json::to_vec(&batch).is_ok_and(|json| escapes_nul(&json)) {
         return Err(ApiError::BadRequest(
             "strings must not contain NUL (\\u0000)".to_owned(),
         ));
     }
     Ok(batch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escapes_nul;
+
+    #[test]
+    fn an_escaped_nul_is_found_and_the_text_backslash_u0000_is_not_one() {
+        assert!(escapes_nul(br#"{"a":"x\u0000"}"#));
+        assert!(escapes_nul(br#"{"a":"\\\u0000"}"#));
+        assert!(!escapes_nul(br#"{"a":"\\u0000"}"#));
+        assert!(!escapes_nul(br#"{"a":"u0000"}"#));
+    }
 }
