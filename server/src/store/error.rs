@@ -31,7 +31,9 @@ impl StoreError {
             // SQLite: SQLITE_BUSY (5, and its extended codes such as 517) and SQLITE_LOCKED
             // (6): another connection held the file's write lock past the busy timeout.
             Self::Database(sqlx::Error::Database(database))
-                if database.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() =>
+                if database
+                    .try_downcast_ref::<sqlx::sqlite::SqliteError>()
+                    .is_some() =>
             {
                 database.code().is_some_and(|code| {
                     code.parse::<i32>()

@@ -56,6 +56,8 @@ type Reply = oneshot::Sender<Result<(IngestOutcome, i64), StoreError>>;
 /// A batch for the writer.
 struct Job {
     batch: Arc<ReportBatch>,
+    /// Its rows and state changes, when prepared before it was queued.
+    prepared: Option<(BatchRows, Vec<StateChange>)>,
     received_ms: i64,
     known_cluster: Option<i64>,
     queued: Instant,
@@ -109,8 +111,23 @@ impl Writer {
             ));
         }
         let (reply, answer) = oneshot::channel();
+        let batch = Arc::new(batch.clone());
+        // The rows of a big batch are prepared on the blocking pool, not on the writer's
+        // thread, which meanwhile serves the other batches.
+        let prepared = if batch.events.len() + batch.depth_samples.len() > CHUNK_ROWS {
+            let batch = Arc::clone(&batch);
+            let prepared = tokio::task::spawn_blocking(move || {
+                BatchRows::from_batch(&batch).map(|rows| (rows, state_changes(&batch)))
+            })
+            .await
+            .map_err(|_| StoreError::Busy("preparing the batch's rows failed"))??;
+            Some(prepared)
+        } else {
+            None
+        };
         let job = Job {
-            batch: Arc::new(batch.clone()),
+            batch,
+            prepared,
             received_ms,
             known_cluster,
             queued: Instant::now(),
@@ -167,14 +184,17 @@ async fn run(
                 )));
                 continue;
             }
-            let rows = match BatchRows::from_batch(&job.batch) {
-                Ok(rows) => rows,
-                Err(e) => {
-                    let _ = job.reply.send(Err(e));
-                    continue;
-                }
+            let mut job = job;
+            let (rows, changes) = match job.prepared.take() {
+                Some(prepared) => prepared,
+                None => match BatchRows::from_batch(&job.batch) {
+                    Ok(rows) => (rows, state_changes(&job.batch)),
+                    Err(e) => {
+                        let _ = job.reply.send(Err(e));
+                        continue;
+                    }
+                },
             };
-            let changes = state_changes(&job.batch);
             let task = Task {
                 job,
                 rows,
