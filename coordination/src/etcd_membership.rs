@@ -1,6 +1,6 @@
 //! Cluster membership on etcd: one lease per host under a prefix, peers discovered by a watch
 //! of the prefix, aged out when their key disappears — a [`MembershipProvider`] for
-//! `Cluster::start_with_provider`.
+//! `Cluster::builder(&system).with_provider(..)`.
 //!
 //! Each node holds an [`EtcdLeases`] lease named after its unique address
 //! (`<prefix>members/leases/<troupe://system@host:port#incarnation>`), whose owner record is

@@ -1,4 +1,4 @@
-//! Membership on etcd (`EtcdMembership` behind `Cluster::start_with_provider`): nodes find each
+//! Membership on etcd (`EtcdMembership` behind `ClusterBuilder::with_provider`): nodes find each
 //! other through the watched prefix, a crashed node ages out after its TTL, a leaving node
 //! disappears at once without being fenced, and a node whose key is deleted is fenced — it
 //! drops out of its own view and never re-registers.
@@ -9,12 +9,11 @@ mod services;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use troupe::ActorSystem;
 use troupe::cluster::Cluster;
 use troupe::lease::LeaseSettings;
-use troupe::remoting::Remoting;
 use troupe::transport::SimNetwork;
 use troupe::{Address, UniqueAddress};
 use troupe_coordination::etcd_membership::{EtcdMembership, MembershipHealth};
@@ -36,9 +35,6 @@ async fn start(network: &SimNetwork, prefix: &str, port: u16) -> Node {
         incarnation: u64::from(port) * 7,
     };
     let system = ActorSystem::new("etcd-members").unwrap();
-    let (tx, rx) = mpsc::channel(64);
-    let transport = Arc::new(network.join(node.clone(), tx));
-    let remoting = Remoting::start(&system, transport, rx);
     let provider = EtcdMembership::new(
         services::etcd_client().await,
         prefix,
@@ -47,7 +43,11 @@ async fn start(network: &SimNetwork, prefix: &str, port: u16) -> Node {
     )
     .unwrap();
     let health = provider.health();
-    let cluster = Cluster::start_with_provider(&system, remoting, Box::new(provider)).unwrap();
+    let cluster = Cluster::builder(&system)
+        .with_provider(Box::new(provider))
+        .with_inbound_capacity(64)
+        .start_on(|inbound| Arc::new(network.join(node.clone(), inbound)))
+        .unwrap();
     Node {
         system,
         cluster,

@@ -271,7 +271,7 @@ pub fn parse_member_lease(object: &LeaseObject) -> Result<PeerLease, MalformedLe
 }
 
 /// Lease membership for one host. Build it, keep [`KubeMembership::health`], then hand it to
-/// `Cluster::start_with_provider`.
+/// `Cluster::builder(&system).with_provider(..)`.
 pub struct KubeMembership {
     client: kube::Client,
     settings: KubeMembershipSettings,

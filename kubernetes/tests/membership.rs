@@ -7,10 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use troupe::ActorSystem;
 use troupe::cluster::{Cluster, ClusterEvent, ClusterNotification};
-use troupe::remoting::Remoting;
 use troupe::singleton::ClusterSingleton;
 use troupe::transport::SimNetwork;
 use troupe::{Address, UniqueAddress};
@@ -60,12 +59,13 @@ fn start_with(
     port: u16,
     settings: KubeMembershipSettings,
 ) -> Host {
-    let (tx, rx) = mpsc::channel(64);
-    let transport = Arc::new(network.join(node(port), tx));
-    let remoting = Remoting::start(&system, transport, rx);
     let provider = KubeMembership::new(server.client(), settings).unwrap();
     let health = provider.health();
-    let cluster = Cluster::start_with_provider(&system, remoting, Box::new(provider)).unwrap();
+    let cluster = Cluster::builder(&system)
+        .with_provider(Box::new(provider))
+        .with_inbound_capacity(64)
+        .start_on(|inbound| Arc::new(network.join(node(port), inbound)))
+        .unwrap();
     Host {
         cluster,
         health,

@@ -256,11 +256,8 @@ fn start_shop(
             );
         }
     }
-    let options = ClusterRouterOptions::new()
-        .with_cluster(cluster.clone())
-        .with_router_type(RoutingStrategy::RoundRobin)
-        .with_routee_path(STOCK_PATH)
-        .with_role(SHOP);
+    let options =
+        ClusterRouterOptions::new(cluster, RoutingStrategy::RoundRobin, STOCK_PATH).with_role(SHOP);
     system.spawn(
         ROUTER_PATH.trim_start_matches("/user/"),
         ClusterRouter::<Reserve>::factory(options)?,

@@ -40,13 +40,13 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
-use troupe::cluster::{Cluster, ClusterNotification, MemberStatus, MembershipProvider};
+use troupe::cluster::{
+    Cluster, ClusterError, ClusterNotification, MemberStatus, MembershipProvider,
+};
 use troupe::directory::Directory;
 use troupe::lease::{LeaseProvider, LeaseSettings};
-use troupe::remoting::Remoting;
 use troupe::singleton::{SingletonKey, SingletonProxy, StartSingletonOptions};
-use troupe::transport::{ClusterSecret, TcpTransport, TcpTransportConfig};
+use troupe::transport::{ClusterSecret, TcpTransportConfig};
 use troupe::{Actor, ActorSystem};
 
 use crate::backends::{self, MembershipChoice, SingletonLeases};
@@ -249,25 +249,26 @@ impl AgentBuilder {
             .advertised_host
             .clone()
             .unwrap_or_else(|| config.bind.ip().to_string());
-        let (inbound_tx, inbound_rx) = mpsc::channel(4_096);
         let transport_config = TcpTransportConfig::new(&config.system, config.bind, secret)
             .with_advertised_host(&host)
             .with_incarnation(rand::random());
-        let transport = TcpTransport::bind(transport_config, inbound_tx)
-            .await
-            .map_err(|e| AgentError::Transport(e.to_string()))?;
-        let cluster_transport = Arc::clone(&transport);
         let gossip = matches!(membership_choice, MembershipChoice::Gossip(_));
-        let cluster = match membership_choice {
+        let builder = match membership_choice {
             MembershipChoice::Gossip(settings) => {
-                Cluster::start(&system, transport, inbound_rx, settings, None)
+                Cluster::builder(&system).with_membership(settings)
             }
             MembershipChoice::Provider(provider) => {
-                let remoting = Remoting::start(&system, transport, inbound_rx);
-                Cluster::start_with_provider(&system, remoting, provider)
+                Cluster::builder(&system).with_provider(provider)
             }
-        }
-        .map_err(|e| AgentError::Cluster(e.to_string()))?;
+        };
+        let cluster = builder
+            .bind_tcp(transport_config)
+            .await
+            .map_err(|e| match e {
+                ClusterError::Transport(source) => AgentError::Transport(source.to_string()),
+                other => AgentError::Cluster(other.to_string()),
+            })?;
+        let cluster_transport = Arc::clone(cluster.tcp_transport().expect("bound over TCP"));
         let management_url = match management_listener.local_addr() {
             Ok(addr) => format!("http://{addr}"),
             Err(error) => {

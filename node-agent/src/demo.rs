@@ -106,10 +106,7 @@ pub fn start_with(context: &AgentContext, settings: SchedulerSettings) -> Result
         Props::new(ComputeWorker::default),
     )?;
     let depths = ClusterMailboxDepthAgent::serve(cluster)?;
-    let options = ClusterRouterOptions::new()
-        .with_cluster(cluster.clone())
-        .with_router_type(RoutingStrategy::SmallestMailbox)
-        .with_routee_path(WORKER_PATH)
+    let options = ClusterRouterOptions::new(cluster, RoutingStrategy::SmallestMailbox, WORKER_PATH)
         .with_mailbox_depth_refresh(Duration::from_millis(250));
     let router = system.spawn(
         ROUTER_PATH.trim_start_matches("/user/"),

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// `DeadLetter`: one undeliverable message, as the runtime published it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DeadLetterEvent {
     /// Where the message was going (actor path).
     pub recipient: String,

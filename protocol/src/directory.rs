@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 /// member that was removed or fenced. Reported once per released set: a second evictor
 /// releases nothing and reports nothing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct HostEviction {
     /// The evicted member as the directory names it: its unique address
     /// (`troupe://system@host:port#incarnation`).

@@ -23,8 +23,10 @@ use crate::singleton::{
 /// On the wire the body's fields sit beside `at_ms`:
 /// `{"at_ms":1700000000000,"kind":"MemberUp","member":{…},"previous_status":null,"observers":[]}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Event {
     /// When it happened on the reporting node (Unix epoch milliseconds).
+    #[cfg_attr(feature = "openapi", schema(minimum = -9223372036854775808i64, maximum = 9223372036854775807i64))]
     pub at_ms: i64,
     /// What happened.
     #[serde(flatten)]
@@ -92,6 +94,7 @@ macro_rules! event_kinds {
     ($( $(#[$doc:meta])* $kind:ident($payload:ty) => $category:ident, )*) => {
         /// What happened: one variant per event kind, tagged by `kind` on the wire.
         #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+        #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
         #[serde(tag = "kind", rename_all = "PascalCase")]
         pub enum EventBody {
             $( $(#[$doc])* $kind($payload), )*

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// Where an agent is in its life as a host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum AgentHealth {
     /// Started, not yet ready: probes answer 503.
@@ -40,6 +41,7 @@ impl AgentHealth {
 
 /// `AgentHealthChanged`: the reporting agent moved to `health`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct HealthChange {
     /// The new state.
     pub health: AgentHealth,

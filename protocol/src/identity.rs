@@ -5,13 +5,17 @@ use serde::{Deserialize, Serialize};
 /// The identity every report carries. `(cluster, node, incarnation)` names one agent process;
 /// together with the batch sequence it makes ingest idempotent.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentIdentity {
-    /// The cluster (actor system) name.
+    /// The cluster (actor system) name; not empty.
+    #[cfg_attr(feature = "openapi", schema(min_length = 1))]
     pub cluster: String,
-    /// The node's advertised address, `host:port`.
+    /// The node's advertised address, `host:port`; not empty.
+    #[cfg_attr(feature = "openapi", schema(min_length = 1))]
     pub node: String,
     /// A fresh number per process start, so a restarted agent is a new incarnation.
     #[serde(with = "crate::wire::u64_string")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::wire::schema::U64Input))]
     pub incarnation: u64,
     /// Where the agent runs.
     #[serde(default)]
@@ -20,6 +24,7 @@ pub struct AgentIdentity {
 
 /// Facts about where an agent runs, for operators; none of them identify the agent.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentMeta {
     /// The machine the agent runs on (Kubernetes `spec.nodeName`), when known.
     #[serde(default)]

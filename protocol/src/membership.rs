@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 /// Where a member is in its life in the cluster; the JSON names are the runtime's
 /// lower-case names (`weakly-up`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum MemberStatus {
     /// Asked to join; not yet admitted by the leader.
@@ -58,11 +59,13 @@ impl MemberStatus {
 
 /// A member as the reporting node saw it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MemberInfo {
     /// The member's address, `host:port`.
     pub address: String,
     /// The member's incarnation (Akka's `nodeUid`).
     #[serde(with = "crate::wire::u64_string")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::wire::schema::U64Input))]
     pub uid: u64,
     /// Its status after this event.
     pub status: MemberStatus,
@@ -74,6 +77,7 @@ pub struct MemberInfo {
 /// A change of one member (`MemberJoined` … `MemberRemoved`, `MemberUnreachable`,
 /// `MemberReachable`, `SelfUp`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MemberChange {
     /// The member after the change.
     pub member: MemberInfo,
@@ -88,6 +92,7 @@ pub struct MemberChange {
 
 /// `LeaderChanged`: the first address-sorted up member changed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LeaderChange {
     /// The new leader's address; `None` when no member is up.
     pub leader: Option<String>,

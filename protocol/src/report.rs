@@ -15,15 +15,19 @@ use crate::identity::AgentIdentity;
 
 /// One shipment from an agent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ReportBatch {
     /// The wire-format version the agent speaks ([`crate::PROTOCOL_VERSION`]).
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1))]
     pub version: u32,
     /// Who is reporting.
     pub identity: AgentIdentity,
     /// Per-incarnation batch number, starting at 1; a retry reuses its number.
     #[serde(with = "crate::wire::u64_string")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::wire::schema::SequenceInput))]
     pub sequence: u64,
     /// When the agent sent (first sent) this batch, Unix epoch milliseconds.
+    #[cfg_attr(feature = "openapi", schema(minimum = -9223372036854775808i64, maximum = 9223372036854775807i64))]
     pub sent_at_ms: i64,
     /// Events in the order they happened on the agent.
     #[serde(default)]
@@ -38,8 +42,10 @@ pub struct ReportBatch {
 
 /// The depths sampled on one tick: stored compactly, one row per tick.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DepthTick {
     /// When the tick sampled, Unix epoch milliseconds.
+    #[cfg_attr(feature = "openapi", schema(minimum = -9223372036854775808i64, maximum = 9223372036854775807i64))]
     pub at_ms: i64,
     /// One sample per routed or named actor on the reporting node.
     pub samples: Vec<DepthSample>,
@@ -47,6 +53,7 @@ pub struct DepthTick {
 
 /// One actor's mailbox depth at a tick.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DepthSample {
     /// The actor's path (`/user/workers/w1`).
     pub path: String,
@@ -54,29 +61,37 @@ pub struct DepthSample {
     #[serde(default)]
     pub router: Option<String>,
     /// Messages queued in its mailbox.
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 4294967295u32))]
     pub depth: u32,
 }
 
 /// Items an agent dropped from its bounded buffer, by kind, since it started.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DroppedCounts {
     /// Membership events.
     #[serde(default, with = "crate::wire::u64_string")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::wire::schema::U64Input))]
     pub membership: u64,
     /// Singleton events.
     #[serde(default, with = "crate::wire::u64_string")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::wire::schema::U64Input))]
     pub singleton: u64,
     /// Router events.
     #[serde(default, with = "crate::wire::u64_string")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::wire::schema::U64Input))]
     pub router: u64,
     /// Dead-letter events.
     #[serde(default, with = "crate::wire::u64_string")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::wire::schema::U64Input))]
     pub dead_letters: u64,
     /// Health events.
     #[serde(default, with = "crate::wire::u64_string")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::wire::schema::U64Input))]
     pub health: u64,
     /// Depth samples (dropped first when the buffer is full).
     #[serde(default, with = "crate::wire::u64_string")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::wire::schema::U64Input))]
     pub depth_samples: u64,
 }
 
@@ -95,14 +110,17 @@ impl DroppedCounts {
 
 /// The server's answer to a stored (or already stored) batch.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct IngestAck {
     /// The acknowledged batch's sequence.
     #[serde(with = "crate::wire::u64_string")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::wire::schema::U64))]
     pub sequence: u64,
     /// `true` when this batch had been stored before (a retry); nothing was written again.
     pub duplicate: bool,
     /// Events stored from this batch (0 for a duplicate).
     #[serde(with = "crate::wire::u64_string")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::wire::schema::U64))]
     pub stored_events: u64,
     /// Member operations an operator asked this agent to carry out.
     #[serde(default)]
@@ -111,6 +129,7 @@ pub struct IngestAck {
 
 /// A member operation relayed to an agent (Akka Management's `PUT /cluster/members/{address}`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MemberOperation {
     /// The operation's id, for the agent's log and to drop repeats.
     pub id: i64,
@@ -122,6 +141,7 @@ pub struct MemberOperation {
 
 /// What an operator can ask of a member.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum OperationKind {
     /// Leave the cluster gracefully.

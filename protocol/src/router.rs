@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// How a router picks a routee.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum RoutingStrategy {
     /// Each routee in turn.
@@ -34,6 +35,7 @@ impl RoutingStrategy {
 
 /// `RouterStarted`: a router began on the reporting node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RouterStarted {
     /// The router's actor path.
     pub router: String,
@@ -48,6 +50,7 @@ pub struct RouterStarted {
 
 /// `RouteesChanged`: the router re-derived its routee set after a membership change.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RouteesChange {
     /// The router's actor path.
     pub router: String,

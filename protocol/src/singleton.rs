@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 /// `SingletonHostElected`: this node's manager computed a (new) host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SingletonHostElected {
     /// The singleton's name.
     pub singleton: String,
@@ -22,6 +23,7 @@ pub struct SingletonHostElected {
 
 /// `SingletonHandOverStarted`: the new host asked the eligible peers to stop their instance.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct HandOverStarted {
     /// The singleton's name.
     pub singleton: String,
@@ -37,6 +39,7 @@ pub struct HandOverStarted {
 
 /// `SingletonHandOverCompleted`: every peer acknowledged; the new instance may start.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct HandOverCompleted {
     /// The singleton's name.
     pub singleton: String,
@@ -47,11 +50,13 @@ pub struct HandOverCompleted {
     pub new_host: String,
     /// From the first request to the last acknowledgment.
     #[serde(with = "crate::wire::u64_string")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::wire::schema::U64Input))]
     pub duration_ms: u64,
 }
 
 /// `SingletonHandOverTimedOut`: `hand_over_timeout` passed; the node hosts anyway.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct HandOverTimedOut {
     /// The singleton's name.
     pub singleton: String,
@@ -64,12 +69,14 @@ pub struct HandOverTimedOut {
     pub silent_peers: Vec<String>,
     /// From the first request until it gave up waiting.
     #[serde(with = "crate::wire::u64_string")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::wire::schema::U64Input))]
     pub duration_ms: u64,
 }
 
 /// `SingletonStarted`, `SingletonStopped`, `SingletonRestarted`: the instance on the
 /// reporting node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SingletonInstance {
     /// The singleton's name.
     pub singleton: String,
@@ -80,6 +87,7 @@ pub struct SingletonInstance {
     pub host: String,
     /// For a restart: the backoff before the respawn.
     #[serde(default, with = "crate::wire::option_u64_string")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::wire::schema::U64Input>))]
     pub backoff_ms: Option<u64>,
     /// Why it stopped or restarted, when known.
     #[serde(default)]
@@ -88,6 +96,7 @@ pub struct SingletonInstance {
 
 /// `LeaseAcquired`, `LeaseLost`, `LeaseReleased`: the singleton's lease on the reporting node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LeaseChange {
     /// The singleton's name.
     pub singleton: String,
@@ -107,6 +116,7 @@ pub struct LeaseChange {
 /// `SingletonMessagesHeld`, `SingletonMessagesFlushed`, `SingletonMessagesDeadLettered`:
 /// messages a manager without an instance held, later flushed in send order, or gave up on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SingletonMessages {
     /// The singleton's name.
     pub singleton: String,
@@ -115,5 +125,6 @@ pub struct SingletonMessages {
     pub role: Option<String>,
     /// How many messages.
     #[serde(with = "crate::wire::u64_string")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::wire::schema::U64Input))]
     pub count: u64,
 }

@@ -136,6 +136,147 @@ pub mod option_u64_string {
     }
 }
 
+/// Regular expression of the decimal texts of `min..=max` (`min` 0 or 1), leading zeros
+/// allowed as the parser allows them: `^0*(?:…)$`.
+#[must_use]
+pub fn decimal_pattern(min: u64, max: u64) -> String {
+    let digits: Vec<u8> = max.to_string().into_bytes();
+    let len = digits.len();
+    let mut alternatives = Vec::new();
+    if min == 0 {
+        alternatives.push("0".to_owned());
+    }
+    if len > 1 {
+        alternatives.push(if len == 2 {
+            "[1-9]".to_owned()
+        } else {
+            format!("[1-9][0-9]{{0,{}}}", len - 2)
+        });
+    }
+    // Numbers of `len` digits at most `max`: equal to it up to position `i`, smaller there.
+    for i in 0..len {
+        let low = if i == 0 { b'1' } else { b'0' };
+        let high = digits[i];
+        if high > low {
+            let rest = len - 1 - i;
+            let tail = match rest {
+                0 => String::new(),
+                1 => "[0-9]".to_owned(),
+                n => format!("[0-9]{{{n}}}"),
+            };
+            alternatives.push(format!(
+                "{}[{}-{}]{tail}",
+                String::from_utf8_lossy(&digits[..i]),
+                low as char,
+                (high - 1) as char
+            ));
+        }
+    }
+    alternatives.push(String::from_utf8_lossy(&digits).into_owned());
+    format!("^0*(?:{})$", alternatives.join("|"))
+}
+
+/// OpenAPI schemas of the wire format's 64-bit integers (feature `openapi`), as components
+/// the server's document refers to.
+#[cfg(feature = "openapi")]
+pub mod schema {
+    use std::borrow::Cow;
+
+    use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, SchemaFormat, Type};
+    use utoipa::openapi::{KnownFormat, RefOr};
+    use utoipa::{Number, PartialSchema, ToSchema};
+
+    use super::decimal_pattern;
+
+    fn string(min: u64, max: u64, description: &str) -> ObjectBuilder {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .pattern(Some(decimal_pattern(min, max)))
+            .description(Some(description))
+    }
+
+    fn integer(min: u64, max: u64) -> ObjectBuilder {
+        ObjectBuilder::new()
+            .schema_type(Type::Integer)
+            .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64)))
+            .minimum(Some(Number::UInt(min as usize)))
+            .maximum(Some(Number::UInt(max as usize)))
+    }
+
+    /// `what` as a request may give it: `min..=max` as a decimal string, or a JSON number.
+    #[must_use]
+    pub fn u64_input(min: u64, max: u64, what: &str) -> RefOr<Schema> {
+        OneOfBuilder::new()
+            .item(string(
+                min,
+                max,
+                &format!("{what} as a decimal string (the wire form)"),
+            ))
+            .item(integer(min, max).description(Some(format!(
+                "{what} as a JSON number (older agents; accepted on input only)"
+            ))))
+            .description(Some(format!(
+                "{what}, {min}..={max}: a decimal string, or on input a JSON number"
+            )))
+            .into()
+    }
+
+    /// An unsigned 64-bit integer as the server writes it: a decimal string
+    /// (`"15365700884095386388"`).
+    #[derive(Debug)]
+    pub struct U64;
+
+    impl PartialSchema for U64 {
+        fn schema() -> RefOr<Schema> {
+            string(
+                0,
+                u64::MAX,
+                "An unsigned 64-bit integer as a decimal string (JSON numbers above 2^53 lose precision)",
+            )
+            .build()
+            .into()
+        }
+    }
+
+    impl ToSchema for U64 {
+        fn name() -> Cow<'static, str> {
+            Cow::Borrowed("Uint64")
+        }
+    }
+
+    /// An unsigned 64-bit integer as a request may give it: a decimal string, or a JSON number.
+    #[derive(Debug)]
+    pub struct U64Input;
+
+    impl PartialSchema for U64Input {
+        fn schema() -> RefOr<Schema> {
+            u64_input(0, u64::MAX, "An unsigned 64-bit integer")
+        }
+    }
+
+    impl ToSchema for U64Input {
+        fn name() -> Cow<'static, str> {
+            Cow::Borrowed("Uint64Input")
+        }
+    }
+
+    /// A batch sequence number on input: 1..=2^63-1, a decimal string or a JSON number.
+    #[derive(Debug)]
+    pub struct SequenceInput;
+
+    impl PartialSchema for SequenceInput {
+        fn schema() -> RefOr<Schema> {
+            u64_input(1, i64::MAX as u64, "A batch sequence number")
+        }
+    }
+
+    impl ToSchema for SequenceInput {
+        fn name() -> Cow<'static, str> {
+            Cow::Borrowed("SequenceInput")
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde::{Deserialize, Serialize};
@@ -172,6 +313,19 @@ mod tests {
             serde_json::to_string(&null).unwrap(),
             r#"{"value":"1","maybe":null}"#
         );
+    }
+
+    #[test]
+    fn the_decimal_pattern_lists_shorter_numbers_then_each_smaller_digit_then_the_maximum() {
+        assert_eq!(
+            super::decimal_pattern(1, 120),
+            "^0*(?:[1-9][0-9]{0,1}|1[0-1][0-9]|120)$"
+        );
+        assert_eq!(
+            super::decimal_pattern(0, 500),
+            "^0*(?:0|[1-9][0-9]{0,1}|[1-4][0-9]{2}|500)$"
+        );
+        assert_eq!(super::decimal_pattern(0, 5), "^0*(?:0|[1-4]|5)$");
     }
 
     #[test]

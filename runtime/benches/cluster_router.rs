@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use troupe::Address;
 use troupe::cluster::{Cluster, MemberStatus, MembershipSettings};
 use troupe::cluster_router::{
@@ -26,7 +26,7 @@ use troupe::cluster_router::{
 };
 use troupe::remoting::RemoteMessage;
 use troupe::routing::{RoutingLogic, RoutingStrategy};
-use troupe::transport::{ClusterSecret, TcpTransport, TcpTransportConfig, Transport};
+use troupe::transport::{ClusterSecret, TcpTransportConfig};
 use troupe::{Actor, ActorError, ActorRef, ActorSystem, Context, Props};
 
 #[derive(Serialize, Deserialize)]
@@ -157,21 +157,24 @@ async fn three_nodes() -> Vec<Node> {
     let mut seed = None;
     for index in 0..3 {
         let system = ActorSystem::new("bench").expect("system");
-        let (tx, rx) = mpsc::channel(64 * 1024);
         let config = TcpTransportConfig::new(
             "bench",
             "127.0.0.1:0".parse().expect("address"),
             ClusterSecret::new("benchmark-cluster-secret").expect("secret"),
         )
         .with_send_queue_capacity(64 * 1024);
-        let transport = TcpTransport::bind(config, tx).await.expect("bind");
-        let address = transport.local().address.clone();
-        let seed_address = seed.get_or_insert(address).clone();
         let settings = MembershipSettings {
-            seeds: vec![seed_address],
+            seeds: seed.iter().cloned().collect(),
             ..MembershipSettings::default()
         };
-        let cluster = Cluster::start(&system, transport, rx, settings, None).expect("cluster");
+        let cluster = Cluster::builder(&system)
+            .with_membership(settings)
+            .with_self_seed_if_none()
+            .with_inbound_capacity(64 * 1024)
+            .bind_tcp(config)
+            .await
+            .expect("cluster");
+        seed.get_or_insert_with(|| cluster.self_address().clone());
         cluster.remoting().register::<Bench>();
         system
             .spawn("worker", Props::new(move || Worker { node: index }))
@@ -205,10 +208,7 @@ async fn router(
         .system
         .event_stream()
         .subscribe::<ClusterRouterEvent>();
-    let options = ClusterRouterOptions::new()
-        .with_cluster(nodes[0].cluster.clone())
-        .with_router_type(strategy)
-        .with_routee_path("/user/worker")
+    let options = ClusterRouterOptions::new(&nodes[0].cluster, strategy, "/user/worker")
         .with_mailbox_depth_refresh(refresh)
         .with_seed(7);
     let router = nodes[0]

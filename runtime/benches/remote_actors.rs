@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 use troupe::cluster::{Cluster, MemberStatus, MembershipSettings};
 use troupe::remoting::{RemoteMessage, Remoting};
-use troupe::transport::{ClusterSecret, TcpTransport, TcpTransportConfig, Transport};
+use troupe::transport::{ClusterSecret, TcpTransport, TcpTransportConfig};
 use troupe::{Actor, ActorError, ActorRef, ActorSystem, Context, Props, ReplyTo};
 
 #[derive(Serialize, Deserialize)]
@@ -161,23 +161,23 @@ async fn converge(nodes: usize) -> Duration {
     let mut seed = None;
     for _ in 0..nodes {
         let system = ActorSystem::new("bench").expect("system");
-        let (tx, rx) = mpsc::channel(4096);
         let config = TcpTransportConfig::new(
             "bench",
             "127.0.0.1:0".parse().expect("address"),
             ClusterSecret::new("benchmark-cluster-secret").expect("secret"),
         );
-        let transport = TcpTransport::bind(config, tx).await.expect("bind");
-        let address = transport.local().address.clone();
-        let seed_address = seed.get_or_insert(address).clone();
         let settings = MembershipSettings {
-            seeds: vec![seed_address],
+            seeds: seed.iter().cloned().collect(),
             ..MembershipSettings::default()
         };
-        clusters.push((
-            system.clone(),
-            Cluster::start(&system, transport, rx, settings, None).expect("cluster"),
-        ));
+        let cluster = Cluster::builder(&system)
+            .with_membership(settings)
+            .with_self_seed_if_none()
+            .bind_tcp(config)
+            .await
+            .expect("cluster");
+        seed.get_or_insert_with(|| cluster.self_address().clone());
+        clusters.push((system.clone(), cluster));
     }
     for (_, cluster) in &clusters {
         cluster
@@ -227,20 +227,22 @@ async fn run_node_process() {
         .parse()
         .expect("seed address");
     let system = ActorSystem::new("bench").expect("system");
-    let (tx, rx) = mpsc::channel(4096);
     let config = TcpTransportConfig::new(
         "bench",
         "127.0.0.1:0".parse().expect("address"),
         ClusterSecret::new("benchmark-cluster-secret").expect("secret"),
     )
     .with_incarnation(rand::random());
-    let transport = TcpTransport::bind(config, tx).await.expect("bind");
-    println!("ready {}", transport.local().address);
     let settings = MembershipSettings {
         seeds: vec![seed],
         ..MembershipSettings::default()
     };
-    let _cluster = Cluster::start(&system, transport, rx, settings, None).expect("cluster");
+    let cluster = Cluster::builder(&system)
+        .with_membership(settings)
+        .bind_tcp(config)
+        .await
+        .expect("cluster");
+    println!("ready {}", cluster.self_address());
     std::future::pending::<()>().await;
 }
 
@@ -308,19 +310,17 @@ async fn remote_tell_two_processes(messages: u64) -> f64 {
 /// (default settings: heartbeat 500 ms, acceptable pause 1 s, threshold 8, down_after 5 s).
 async fn sigkill_detection() -> (Duration, Duration) {
     let system = ActorSystem::new("bench").expect("system");
-    let (tx, rx) = mpsc::channel(4096);
     let config = TcpTransportConfig::new(
         "bench",
         "127.0.0.1:0".parse().expect("address"),
         ClusterSecret::new("benchmark-cluster-secret").expect("secret"),
     );
-    let transport = TcpTransport::bind(config, tx).await.expect("bind");
-    let seed = transport.local().address.clone();
-    let settings = MembershipSettings {
-        seeds: vec![seed.clone()],
-        ..MembershipSettings::default()
-    };
-    let cluster = Cluster::start(&system, transport, rx, settings, None).expect("cluster");
+    let cluster = Cluster::builder(&system)
+        .with_self_seed_if_none()
+        .bind_tcp(config)
+        .await
+        .expect("cluster");
+    let seed = cluster.self_address().clone();
     let mut children: Vec<_> = (0..2)
         .map(|_| child("node", &[("TROUPE_BENCH_SEED", seed.to_string())]))
         .collect();

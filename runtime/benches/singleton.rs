@@ -21,7 +21,7 @@ use troupe::cluster::{Cluster, ClusterEvent, MemberStatus, MembershipSettings};
 use troupe::remoting::RemoteMessage;
 use troupe::singleton::ClusterSingleton;
 use troupe::singleton::{SingletonKey, SingletonProxy, StartSingletonOptions};
-use troupe::transport::{ClusterSecret, TcpTransport, TcpTransportConfig, Transport};
+use troupe::transport::{ClusterSecret, TcpTransport, TcpTransportConfig};
 use troupe::{Actor, ActorError, ActorRef, ActorSystem, Context, Props, ReplyTo};
 
 #[derive(Serialize, Deserialize)]
@@ -96,7 +96,6 @@ struct Node {
 
 async fn node(seed: Option<&Address>) -> Node {
     let system = ActorSystem::new("bench").expect("system");
-    let (tx, rx) = mpsc::channel(64 * 1024);
     let config = TcpTransportConfig::new(
         "bench",
         "127.0.0.1:0".parse().expect("address"),
@@ -104,20 +103,18 @@ async fn node(seed: Option<&Address>) -> Node {
     )
     .with_incarnation(rand::random())
     .with_send_queue_capacity(64 * 1024);
-    let transport = TcpTransport::bind(config, tx).await.expect("bind");
-    let me = transport.local().address.clone();
     let settings = MembershipSettings {
-        seeds: vec![seed.cloned().unwrap_or(me)],
+        seeds: seed.into_iter().cloned().collect(),
         ..MembershipSettings::default()
     };
-    let cluster = Cluster::start(
-        &system,
-        Arc::clone(&transport) as Arc<dyn Transport>,
-        rx,
-        settings,
-        None,
-    )
-    .expect("cluster");
+    let cluster = Cluster::builder(&system)
+        .with_membership(settings)
+        .with_self_seed_if_none()
+        .with_inbound_capacity(64 * 1024)
+        .bind_tcp(config)
+        .await
+        .expect("cluster");
+    let transport = Arc::clone(cluster.tcp_transport().expect("bound over TCP"));
     cluster.remoting().register::<Bench>();
     Node {
         system,

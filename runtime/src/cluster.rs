@@ -14,6 +14,7 @@
 //! change, exactly once and in order: each batch of events is the difference between two
 //! consecutive views, computed and delivered under the same lock that takes the snapshot.
 
+mod builder;
 mod daemon;
 mod error;
 mod events;
@@ -32,6 +33,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
+pub use builder::{ClusterBuilder, DEFAULT_INBOUND_CAPACITY};
 pub use daemon::GossipMembership;
 pub use error::ClusterError;
 pub use events::{ClusterEvent, ClusterView};
@@ -41,13 +43,12 @@ pub use membership::{Downing, MembershipSettings, SettingsError};
 pub use provider::{Departure, MembershipControl, MembershipProvider, ViewSink};
 
 pub(crate) use events::diff;
-use wire::CLUSTER_CHANNEL;
 
 use crate::actor_ref::ActorRef;
 use crate::extension::Extensions;
 use crate::remoting::Remoting;
 use crate::system::ActorSystem;
-use crate::transport::{InboundFrame, Transport};
+use crate::transport::{TcpTransport, Transport};
 use crate::{Address, UniqueAddress};
 
 /// What a cluster subscriber receives: the view at subscription time, then each change.
@@ -129,6 +130,8 @@ struct Inner {
     shared: Arc<Mutex<Shared>>,
     control: Arc<dyn MembershipControl>,
     transport: Arc<dyn Transport>,
+    /// The same transport when the builder bound it over TCP (for its counters).
+    tcp: Option<Arc<TcpTransport>>,
     remoting: Arc<Remoting>,
     /// The layers built over this cluster (the singleton registry), each installed once.
     extensions: Extensions,
@@ -143,30 +146,18 @@ impl fmt::Debug for Cluster {
 }
 
 impl Cluster {
-    /// Start gossip membership on `system` over `transport`, whose inbound frames arrive on
-    /// `inbound`. With `rng_seed` the protocol's random choices replay exactly (tests).
-    pub fn start(
-        system: &ActorSystem,
-        transport: Arc<dyn Transport>,
-        inbound: mpsc::Receiver<InboundFrame>,
-        settings: MembershipSettings,
-        rng_seed: Option<u64>,
-    ) -> Result<Self, ClusterError> {
-        settings.validate()?;
-        let remoting = Remoting::start(system, transport, inbound);
-        let (cluster_frames, cluster_inbound) = mpsc::unbounded_channel();
-        remoting
-            .register_channel(CLUSTER_CHANNEL, cluster_frames)
-            .map_err(|taken| ClusterError::Provider(Box::new(taken)))?;
-        let provider = GossipMembership::new(settings, rng_seed, cluster_inbound);
-        Self::start_with_provider(system, remoting, Box::new(provider))
+    /// Build this node's cluster on `system`: choose the membership, then bind a transport
+    /// (see [`ClusterBuilder`]).
+    pub fn builder(system: &ActorSystem) -> ClusterBuilder {
+        ClusterBuilder::new(system)
     }
 
     /// Start membership from any provider (gossip, Kubernetes Leases, etcd) over `remoting`.
-    pub fn start_with_provider(
+    fn start_with_provider(
         system: &ActorSystem,
         remoting: Arc<Remoting>,
         provider: Box<dyn MembershipProvider>,
+        tcp: Option<Arc<TcpTransport>>,
     ) -> Result<Self, ClusterError> {
         let me = remoting.local().clone();
         let shared = Arc::new(Mutex::new(Shared {
@@ -192,6 +183,7 @@ impl Cluster {
                 shared,
                 control,
                 transport: Arc::clone(remoting.transport()),
+                tcp,
                 remoting,
                 extensions: Extensions::default(),
             }),
@@ -226,6 +218,13 @@ impl Cluster {
     #[must_use]
     pub fn transport(&self) -> &Arc<dyn Transport> {
         &self.inner.transport
+    }
+
+    /// The TCP transport, when the cluster was started with [`ClusterBuilder::bind_tcp`]: its
+    /// counters ([`TcpTransport::stats`]) and bound socket address.
+    #[must_use]
+    pub fn tcp_transport(&self) -> Option<&Arc<TcpTransport>> {
+        self.inner.tcp.as_ref()
     }
 
     /// The layers built over this cluster, each installed once.

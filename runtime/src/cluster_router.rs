@@ -18,10 +18,7 @@
 //!
 //! # fn example(cluster: &Cluster) -> Result<(), Box<dyn std::error::Error>> {
 //! // Every node with role "compute" runs its own worker at /user/worker (and registers Job).
-//! let options = ClusterRouterOptions::new()
-//!     .with_cluster(cluster.clone())
-//!     .with_router_type(RoutingStrategy::RoundRobin)
-//!     .with_routee_path("/user/worker")
+//! let options = ClusterRouterOptions::new(cluster, RoutingStrategy::RoundRobin, "/user/worker")
 //!     .with_role("compute");
 //! let router = cluster.system().spawn("compute-router", ClusterRouter::factory(options)?)?;
 //! router.tell(Job { payload: "work-1".into() });

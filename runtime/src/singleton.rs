@@ -42,6 +42,7 @@ mod manager_state;
 mod options;
 mod payload;
 mod proxy;
+mod proxy_state;
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;

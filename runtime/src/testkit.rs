@@ -30,7 +30,6 @@ use std::time::Duration;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use tokio::sync::mpsc;
 
 use crate::cluster::{Cluster, ClusterView, MemberStatus, MembershipSettings};
 use crate::system::ActorSystem;
@@ -145,8 +144,6 @@ impl SimCluster {
             incarnation: self.rng.random(),
         };
         let system = ActorSystem::new("sim").expect("valid system name");
-        let (tx, rx) = mpsc::channel(16_384);
-        let transport = self.network.join(node.clone(), tx);
         let settings = MembershipSettings {
             seeds: vec![sim_address(0)],
             roles: roles
@@ -155,14 +152,12 @@ impl SimCluster {
                 .collect::<BTreeSet<_>>(),
             ..self.settings.clone()
         };
-        let cluster = Cluster::start(
-            &system,
-            std::sync::Arc::new(transport),
-            rx,
-            settings,
-            Some(self.rng.random()),
-        )
-        .expect("valid cluster settings");
+        let cluster = Cluster::builder(&system)
+            .with_membership(settings)
+            .with_inbound_capacity(16_384)
+            .with_rng_seed(self.rng.random())
+            .start_on(|inbound| std::sync::Arc::new(self.network.join(node.clone(), inbound)))
+            .expect("valid cluster settings");
         SimNode {
             system,
             cluster,

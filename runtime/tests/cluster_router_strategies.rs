@@ -303,15 +303,12 @@ mod cluster_router {
     async fn construction_rejects_unworkable_options_naming_the_field_and_value() {
         let sim = cluster(37, &[&[]]).await;
         let cluster = sim.node(0).cluster.clone();
-        let base = || {
-            ClusterRouterOptions::<Job>::new()
-                .with_cluster(cluster.clone())
-                .with_router_type(RoutingStrategy::SmallestMailbox)
-                .with_routee_path("/user/worker")
-        };
+        let with =
+            |strategy, path: &str| ClusterRouterOptions::<Job>::new(&cluster, strategy, path);
+        let base = || with(RoutingStrategy::SmallestMailbox, "/user/worker");
         let error = |options| ClusterRouter::factory(options).map(|_| ()).unwrap_err();
 
-        let missing_key = error(base().with_router_type(RoutingStrategy::ConsistentHashing));
+        let missing_key = error(with(RoutingStrategy::ConsistentHashing, "/user/worker"));
         assert_eq!(missing_key, ClusterRouterError::MissingExtractKey);
         assert!(
             missing_key.to_string().contains("extract_key"),
@@ -337,16 +334,19 @@ mod cluster_router {
             "mailbox_depth_refresh must be > 0, got 0ms"
         );
 
-        let empty = error(base().with_routee_path(""));
+        let empty = error(with(RoutingStrategy::SmallestMailbox, ""));
         assert_eq!(empty, ClusterRouterError::EmptyRouteePath);
         assert!(empty.to_string().contains("routee_path"), "{empty}");
-        let relative = error(base().with_routee_path("user/worker"));
+        let relative = error(with(RoutingStrategy::SmallestMailbox, "user/worker"));
         assert!(
             relative.to_string().contains("routee_path")
                 && relative.to_string().contains("\"user/worker\""),
             "{relative}"
         );
-        let remote = error(base().with_routee_path("troupe://sim@10.0.0.1:2552/user/worker"));
+        let remote = error(with(
+            RoutingStrategy::SmallestMailbox,
+            "troupe://sim@10.0.0.1:2552/user/worker",
+        ));
         assert!(
             matches!(remote, ClusterRouterError::RelativeRouteePath { .. }),
             "{remote}"
@@ -359,7 +359,7 @@ mod cluster_router {
                 "{stale_after:?}"
             );
         }
-        let defaults = ClusterRouterOptions::<Job>::new();
+        let defaults = base();
         assert!(
             format!("{defaults:?}").contains("200ms") && format!("{defaults:?}").contains("1s")
         );

@@ -13,7 +13,7 @@ use troupe::cluster_router::{
 };
 use troupe::remoting::RemoteMessage;
 use troupe::routing::RoutingStrategy;
-use troupe::transport::{ClusterSecret, TcpTransport, TcpTransportConfig};
+use troupe::transport::{ClusterSecret, TcpTransportConfig};
 use troupe::{Actor, ActorError, ActorSystem, Context, Props};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -53,27 +53,27 @@ async fn three_nodes(
     let mut nodes: Vec<Node> = Vec::new();
     for _ in 0..3 {
         let system = ActorSystem::new("router-tcp").unwrap();
-        let (tx, rx) = mpsc::channel(1024);
         let config = TcpTransportConfig::new(
             "router-tcp",
             "127.0.0.1:0".parse().unwrap(),
             ClusterSecret::new("a shared secret of enough length").unwrap(),
         )
         .with_incarnation(rand::random());
-        let transport = TcpTransport::bind(config, tx).await.unwrap();
-        let port = transport.local_socket_addr().port();
-        let seed = nodes
-            .first()
-            .map_or(port, |first| first.cluster.self_address().port);
         let settings = MembershipSettings {
-            seeds: vec![
-                format!("troupe://router-tcp@127.0.0.1:{seed}")
-                    .parse()
-                    .unwrap(),
-            ],
+            seeds: nodes
+                .first()
+                .map(|first| first.cluster.self_address().clone())
+                .into_iter()
+                .collect(),
             ..MembershipSettings::default()
         };
-        let cluster = Cluster::start(&system, transport, rx, settings, None).unwrap();
+        let cluster = Cluster::builder(&system)
+            .with_membership(settings)
+            .with_self_seed_if_none()
+            .with_inbound_capacity(1024)
+            .bind_tcp(config)
+            .await
+            .unwrap();
         cluster.remoting().register::<Job>();
         let node = cluster.self_address().clone();
         let handled = handled.clone();
@@ -122,11 +122,12 @@ mod cluster_router {
             .system
             .event_stream()
             .subscribe::<ClusterRouterEvent>();
-        let options = ClusterRouterOptions::new()
-            .with_cluster(nodes[0].cluster.clone())
-            .with_router_type(RoutingStrategy::SmallestMailbox)
-            .with_routee_path("/user/worker")
-            .with_mailbox_depth_refresh(Duration::from_millis(50));
+        let options = ClusterRouterOptions::new(
+            &nodes[0].cluster,
+            RoutingStrategy::SmallestMailbox,
+            "/user/worker",
+        )
+        .with_mailbox_depth_refresh(Duration::from_millis(50));
         let router = nodes[0]
             .system
             .spawn("router", ClusterRouter::factory(options).unwrap())

@@ -7,13 +7,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::Notify;
 use troupe::ActorSystem;
 use troupe::cluster::{
     Cluster, ClusterError, ClusterNotification, ClusterView, Member, MemberStatus,
     MembershipControl, MembershipProvider, ViewSink,
 };
-use troupe::remoting::Remoting;
 use troupe::transport::SimNetwork;
 use troupe::{Address, UniqueAddress};
 
@@ -85,12 +84,12 @@ impl Scripted {
 async fn another_provider_yields_the_same_views_and_ordered_events() {
     let system = ActorSystem::new("scripted").unwrap();
     let network = SimNetwork::new(1);
-    let (tx, rx) = mpsc::channel(16);
-    let transport = Arc::new(network.join(node(1), tx));
-    let remoting = Remoting::start(&system, transport, rx);
     let provider = Scripted::default();
-    let cluster =
-        Cluster::start_with_provider(&system, remoting, Box::new(provider.clone())).unwrap();
+    let cluster = Cluster::builder(&system)
+        .with_provider(Box::new(provider.clone()))
+        .with_inbound_capacity(16)
+        .start_on(|inbound| Arc::new(network.join(node(1), inbound)))
+        .unwrap();
 
     provider.publish(
         vec![

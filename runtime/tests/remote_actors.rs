@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use troupe::cluster::{Cluster, ClusterEvent, MemberStatus, MembershipSettings};
 use troupe::remoting::RemoteMessage;
-use troupe::transport::{ClusterSecret, TcpTransport, TcpTransportConfig};
+use troupe::transport::{ClusterSecret, TcpTransportConfig};
 use troupe::{
     Actor, ActorError, ActorRef, ActorSystem, AskError, Context, DeadLetter, DeadLetterReason,
     Props, ReplyTo, Terminated,
@@ -103,25 +103,30 @@ struct Node {
 
 async fn node(seed_port: Option<u16>) -> Node {
     let system = ActorSystem::new("remote-test").unwrap();
-    let (tx, rx) = mpsc::channel(1024);
     let config = TcpTransportConfig::new(
         "remote-test",
         "127.0.0.1:0".parse().unwrap(),
         ClusterSecret::new("a shared secret of enough length").unwrap(),
     )
     .with_incarnation(rand::random());
-    let transport = TcpTransport::bind(config, tx).await.unwrap();
-    let me = transport.local_socket_addr().port();
-    let seed = seed_port.unwrap_or(me);
     let settings = MembershipSettings {
-        seeds: vec![
-            format!("troupe://remote-test@127.0.0.1:{seed}")
-                .parse()
-                .unwrap(),
-        ],
+        seeds: seed_port
+            .map(|seed| {
+                format!("troupe://remote-test@127.0.0.1:{seed}")
+                    .parse()
+                    .unwrap()
+            })
+            .into_iter()
+            .collect(),
         ..MembershipSettings::default()
     };
-    let cluster = Cluster::start(&system, transport, rx, settings, None).unwrap();
+    let cluster = Cluster::builder(&system)
+        .with_membership(settings)
+        .with_self_seed_if_none()
+        .with_inbound_capacity(1024)
+        .bind_tcp(config)
+        .await
+        .unwrap();
     cluster.remoting().register::<Counter>();
     cluster.remoting().register::<Report>();
     Node { system, cluster }

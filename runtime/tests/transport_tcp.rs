@@ -11,7 +11,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::mpsc;
-use tokio::time::timeout;
+use tokio::time::{Instant, timeout};
 use troupe::transport::admission::Pool;
 use troupe::transport::frame::{Decoded, FrameDecoder, encode_frame};
 use troupe::transport::handshake::{
@@ -105,7 +105,7 @@ async fn raw_handshake(
     let mut event = HandshakeEvent::Start;
     loop {
         let actions;
-        (state, actions) = step(state, event);
+        (state, actions) = step(state, event, Instant::now());
         for action in actions {
             match action {
                 HandshakeAction::Send(message) => {

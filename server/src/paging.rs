@@ -6,6 +6,7 @@
 //! clients (`<at_ms>.<id>` today).
 
 use crate::error::ApiError;
+use crate::time::signed_decimal;
 
 /// Largest page any list endpoint returns.
 pub const MAX_PAGE: i64 = 1000;
@@ -34,7 +35,7 @@ pub(crate) fn parse_cursor(cursor: Option<&str>) -> Result<Option<(i64, i64)>, A
     cursor
         .map(|c| {
             c.split_once('.')
-                .and_then(|(at, id)| Some((at.parse().ok()?, id.parse().ok()?)))
+                .and_then(|(at, id)| Some((signed_decimal(at)?, signed_decimal(id)?)))
                 .ok_or_else(|| {
                     ApiError::BadRequest(format!(
                         "`cursor` must be the `next_cursor` of a previous page, got `{c}`"

@@ -25,12 +25,28 @@ pub fn now_ms() -> i64 {
     Utc::now().timestamp_millis()
 }
 
-/// Parses a time parameter: RFC 3339 (`2026-11-30T03:00:00Z`) or epoch milliseconds.
+/// Most digits of epoch milliseconds in a parameter (31 million years either way).
+pub const EPOCH_MS_DIGITS: usize = 18;
+
+/// `-?` and 1..=[`EPOCH_MS_DIGITS`] decimal digits, as a number; `None` for any other text.
+pub(crate) fn signed_decimal(text: &str) -> Option<i64> {
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    if digits.is_empty()
+        || digits.len() > EPOCH_MS_DIGITS
+        || !digits.bytes().all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    text.parse().ok()
+}
+
+/// Parses a time parameter: RFC 3339 (`2026-11-30T03:00:00Z`) or epoch milliseconds (`-?`
+/// and at most [`EPOCH_MS_DIGITS`] digits).
 pub(crate) fn parse_time(name: &str, value: Option<&str>) -> Result<Option<i64>, ApiError> {
     let Some(value) = value else {
         return Ok(None);
     };
-    if let Ok(ms) = value.parse::<i64>() {
+    if let Some(ms) = signed_decimal(value) {
         return Ok(Some(ms));
     }
     DateTime::parse_from_rfc3339(value)

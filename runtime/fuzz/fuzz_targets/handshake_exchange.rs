@@ -5,6 +5,7 @@
 
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
+use tokio::time::Instant;
 use troupe::UniqueAddress;
 use troupe::transport::handshake::{
     HELLO_LEN, Handshake, HandshakeAction, HandshakeConfig, HandshakeEvent, Role, step,
@@ -23,7 +24,7 @@ fuzz_target!(|data: &[u8]| {
         expected_peer: None,
         versions: ProtocolVersions::THIS_BUILD,
     };
-    let (mut state, actions) = step(Handshake::new(config, [1; 32]), HandshakeEvent::Start);
+    let (mut state, actions) = step(Handshake::new(config, [1; 32]), HandshakeEvent::Start, Instant::now());
     let mut sent: Vec<Bytes> = Vec::new();
     let collect = |actions: Vec<HandshakeAction>, sent: &mut Vec<Bytes>| {
         for action in actions {
@@ -41,7 +42,7 @@ fuzz_target!(|data: &[u8]| {
             break;
         }
         let actions;
-        (state, actions) = step(state, HandshakeEvent::Received(Bytes::copy_from_slice(message)));
+        (state, actions) = step(state, HandshakeEvent::Received(Bytes::copy_from_slice(message)), Instant::now());
         collect(actions, &mut sent);
     }
     assert_eq!(sent.len(), 1);

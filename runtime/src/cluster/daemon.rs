@@ -10,13 +10,11 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use rand::SeedableRng;
-use rand::rngs::SmallRng;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::error::ClusterError;
-use super::membership::ClusterMsg;
+use super::membership::{self, ClusterMsg};
 use super::membership::{Action, Input, Membership, MembershipSettings};
 use super::provider::{Departure, MembershipControl, MembershipProvider, ViewSink};
 use super::wire::{Extensions, decode_cluster_frame_with, encode_cluster_frame_with};
@@ -89,11 +87,15 @@ impl MembershipProvider for GossipMembership {
         let props = Props::new(move || {
             let (frames, settings, sink) = parts.take().expect("the cluster daemon is built once");
             ClusterDaemon {
-                membership: Membership::new(me.clone(), settings, Instant::now()),
+                membership: Some(Membership::new(
+                    me.clone(),
+                    settings,
+                    Instant::now(),
+                    rng_seed.unwrap_or_else(rand::random),
+                )),
                 transport: Arc::clone(sink.remoting().transport()),
                 inbound: Some(frames),
                 sink,
-                rng: SmallRng::seed_from_u64(rng_seed.unwrap_or_else(rand::random)),
                 tasks: Vec::new(),
             }
         })
@@ -136,17 +138,28 @@ impl MembershipControl for GossipControl {
 }
 
 struct ClusterDaemon {
-    membership: Membership,
+    /// The membership state machine; `None` only while a step runs.
+    membership: Option<Membership>,
     transport: Arc<dyn Transport>,
     inbound: Option<mpsc::UnboundedReceiver<InboundFrame>>,
     sink: ViewSink,
-    rng: SmallRng,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl ClusterDaemon {
+    fn membership(&self) -> &Membership {
+        self.membership
+            .as_ref()
+            .expect("the state is put back after each step")
+    }
+
     fn apply(&mut self, input: Input, ctx: &mut Context<Self>) {
-        let actions = self.membership.handle(input, Instant::now(), &mut self.rng);
+        let state = self
+            .membership
+            .take()
+            .expect("the state is put back after each step");
+        let (state, actions) = membership::step(state, input, Instant::now());
+        self.membership = Some(state);
         let mut terminated = false;
         for action in actions {
             match action {
@@ -161,12 +174,12 @@ impl ClusterDaemon {
                 Action::Terminate => terminated = true,
             }
         }
-        self.sink.publish(self.membership.view());
+        self.sink.publish(self.membership().view());
         if terminated {
             // After the last view (without this node), so that whoever waits for the
             // departure finds this node's singletons already told to stop.
             self.sink
-                .depart(self.membership.departure().unwrap_or(Departure::Stopped));
+                .depart(self.membership().departure().unwrap_or(Departure::Stopped));
             ctx.stop_self();
         }
     }
@@ -176,7 +189,7 @@ impl Actor for ClusterDaemon {
     type Msg = DaemonMsg;
 
     async fn pre_start(&mut self, ctx: &mut Context<Self>) -> Result<(), ActorError> {
-        let settings = self.membership.settings().clone();
+        let settings = self.membership().settings().clone();
         let me = ctx.myself();
         let ticker = |period, message: fn() -> DaemonMsg, me: ActorRef<DaemonMsg>| {
             tokio::spawn(async move {
@@ -248,7 +261,7 @@ impl Actor for ClusterDaemon {
         for task in self.tasks.drain(..) {
             task.abort();
         }
-        self.sink.publish(self.membership.view());
+        self.sink.publish(self.membership().view());
         // Stopped without the protocol terminating (`shutdown`, or a failure of the daemon).
         self.sink.depart(Departure::Stopped);
     }

@@ -12,6 +12,10 @@ pub enum ClusterError {
     /// The daemon could not be spawned (a cluster already runs in this system?).
     #[error("cannot start the cluster daemon: {0}")]
     Spawn(#[from] SpawnError),
+    /// The transport could not start (its configuration was refused, or its address could not
+    /// be bound); the source says why.
+    #[error("cannot start the cluster's transport")]
+    Transport(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// A membership provider could not start; the source says why.
     #[error("membership provider failed to start")]
     Provider(#[source] Box<dyn std::error::Error + Send + Sync>),

@@ -22,7 +22,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use rand::Rng;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
@@ -255,12 +256,19 @@ pub(super) struct Membership {
     asked_to_leave: bool,
     /// Why this node downed itself, when it did (its side was a minority).
     downed_itself: Option<String>,
+    /// The source of gossip's random choices (seeded: a seed replays them exactly).
+    rng: SmallRng,
 }
 
 impl Membership {
     /// A node that has not joined yet.
     #[must_use]
-    pub(super) fn new(me: UniqueAddress, mut settings: MembershipSettings, now: Instant) -> Self {
+    pub(super) fn new(
+        me: UniqueAddress,
+        mut settings: MembershipSettings,
+        now: Instant,
+        rng_seed: u64,
+    ) -> Self {
         settings.failure_detector.heartbeat_interval = settings.heartbeat_interval;
         Self {
             settings,
@@ -273,6 +281,7 @@ impl Membership {
             unreachable_since: BTreeMap::new(),
             leaving_since: None,
             heartbeat_sequence: 0,
+            rng: SmallRng::seed_from_u64(rng_seed),
             own_status: None,
             asked_to_leave: false,
             downed_itself: None,
@@ -350,8 +359,7 @@ impl Membership {
         }
     }
 
-    /// Advance the state machine by one input at `now`.
-    pub(super) fn handle(&mut self, input: Input, now: Instant, rng: &mut impl Rng) -> Vec<Action> {
+    fn handle(&mut self, input: Input, now: Instant, rng: &mut impl Rng) -> Vec<Action> {
         let mut actions = Vec::new();
         if self.phase == Phase::Terminated {
             return actions;
@@ -733,4 +741,13 @@ fn keep_majority(gossip: &Gossip, me: &UniqueAddress) -> Side {
     } else {
         Side::DownOurs { ours, of: all_n }
     }
+}
+
+/// Advances one node's membership by one input at `now`.
+#[must_use]
+pub(super) fn step(mut state: Membership, input: Input, now: Instant) -> (Membership, Vec<Action>) {
+    let mut rng = state.rng.clone();
+    let actions = state.handle(input, now, &mut rng);
+    state.rng = rng;
+    (state, actions)
 }

@@ -19,15 +19,7 @@ pub(crate) type ExtractKey<M> = Arc<dyn Fn(&M) -> String + Send + Sync>;
 /// A cluster router configuration that cannot work; each names the field and the value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ClusterRouterError {
-    /// No cluster to route over.
-    #[error("cluster is required: set it with with_cluster(cluster)")]
-    MissingCluster,
-    /// No strategy.
-    #[error(
-        "router_type is required: one of round-robin, random, consistent-hashing, smallest-mailbox, broadcast"
-    )]
-    MissingRouterType,
-    /// No routee path, or an empty one.
+    /// An empty routee path.
     #[error(
         "routee_path must not be empty: give the path of the routee on each node, such as /user/worker"
     )]
@@ -73,23 +65,24 @@ pub enum ClusterRouterError {
     },
 }
 
-/// The options of a cluster router: consuming `#[must_use]` setters, validated by
+/// The options of a cluster router: the required values are the constructor's arguments, the
+/// rest consuming `#[must_use]` setters; everything is validated once, by
 /// [`crate::cluster_router::ClusterRouter::factory`].
 ///
 /// | field | required | default |
 /// |---|---|---|
-/// | `cluster` | yes | |
-/// | `router_type` | yes | |
-/// | `routee_path` | yes | |
+/// | `cluster` | yes (argument of `new`) | |
+/// | `router_type` | yes (argument of `new`) | |
+/// | `routee_path` | yes (argument of `new`) | |
 /// | `role` | no | every up member |
 /// | `extract_key` | for consistent-hashing | |
 /// | `mailbox_depth_refresh` | no (smallest-mailbox) | 200 ms |
 /// | `mailbox_depth_stale_after` | no (smallest-mailbox; 0 = never expire) | 1000 ms |
 #[must_use]
 pub struct ClusterRouterOptions<M> {
-    cluster: Option<Cluster>,
-    router_type: Option<RoutingStrategy>,
-    routee_path: Option<String>,
+    cluster: Cluster,
+    router_type: RoutingStrategy,
+    routee_path: String,
     role: Option<String>,
     extract_key: Option<ExtractKey<M>>,
     mailbox_depth_refresh: Duration,
@@ -111,43 +104,26 @@ impl<M> fmt::Debug for ClusterRouterOptions<M> {
     }
 }
 
-impl<M> Default for ClusterRouterOptions<M> {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl<M> ClusterRouterOptions<M> {
-    /// Options with nothing set but the defaults.
-    pub fn new() -> Self {
+    /// Route over the actors at `routee_path` (such as `/user/worker`) on the members of
+    /// `cluster` (whose transport carries the messages) by `router_type`; names parse with
+    /// `"smallest-mailbox".parse::<RoutingStrategy>()`. The path is checked when the router
+    /// starts.
+    pub fn new(
+        cluster: &Cluster,
+        router_type: RoutingStrategy,
+        routee_path: impl Into<String>,
+    ) -> Self {
         Self {
-            cluster: None,
-            router_type: None,
-            routee_path: None,
+            cluster: cluster.clone(),
+            router_type,
+            routee_path: routee_path.into(),
             role: None,
             extract_key: None,
             mailbox_depth_refresh: DEFAULT_MAILBOX_DEPTH_REFRESH,
             mailbox_depth_stale_after: DEFAULT_MAILBOX_DEPTH_STALE_AFTER,
             seed: None,
         }
-    }
-
-    /// The cluster whose members host the routees (and whose transport carries the messages).
-    pub fn with_cluster(mut self, cluster: Cluster) -> Self {
-        self.cluster = Some(cluster);
-        self
-    }
-
-    /// The strategy. Names parse with `"smallest-mailbox".parse::<RoutingStrategy>()`.
-    pub fn with_router_type(mut self, router_type: RoutingStrategy) -> Self {
-        self.router_type = Some(router_type);
-        self
-    }
-
-    /// The path of the routee on each node, such as `/user/worker`.
-    pub fn with_routee_path(mut self, routee_path: impl Into<String>) -> Self {
-        self.routee_path = Some(routee_path.into());
-        self
     }
 
     /// Only members carrying this role host routees.
@@ -179,7 +155,9 @@ impl<M> ClusterRouterOptions<M> {
         self
     }
 
-    /// Seed the random strategy (fixed seeds replay; tests).
+    /// Seed the random strategy (fixed seeds replay). Test machinery: only with the `testkit`
+    /// feature.
+    #[cfg(feature = "testkit")]
     pub fn with_seed(mut self, seed: u64) -> Self {
         self.seed = Some(seed);
         self
@@ -187,11 +165,9 @@ impl<M> ClusterRouterOptions<M> {
 
     /// Check every field; the first problem found is the error.
     pub(crate) fn validate(self) -> Result<ValidOptions<M>, ClusterRouterError> {
-        let cluster = self.cluster.ok_or(ClusterRouterError::MissingCluster)?;
-        let strategy = self
-            .router_type
-            .ok_or(ClusterRouterError::MissingRouterType)?;
-        let routee_path = validate_routee_path(self.routee_path.as_deref().unwrap_or_default())?;
+        let cluster = self.cluster;
+        let strategy = self.router_type;
+        let routee_path = validate_routee_path(&self.routee_path)?;
         if self.role.as_deref() == Some("") {
             return Err(ClusterRouterError::EmptyRole);
         }

@@ -122,7 +122,9 @@ impl<A: Actor> PoolRouterConfig<A> {
         self
     }
 
-    /// Seed the random strategy (for reproducible tests).
+    /// Seed the random strategy (fixed seeds replay). Test machinery: only with the `testkit`
+    /// feature.
+    #[cfg(feature = "testkit")]
     pub fn with_seed(mut self, seed: u64) -> Self {
         self.seed = Some(seed);
         self

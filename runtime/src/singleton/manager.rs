@@ -31,7 +31,7 @@ use tokio::time::Instant;
 
 use super::event::{DeadLetterCause, SingletonEvent};
 use super::hold::HoldBuffer;
-use super::manager_state::{Action, Event, ManagerConfig, ManagerState, Routing};
+use super::manager_state::{self, Action, Event, ManagerConfig, ManagerState, Routing};
 use super::payload::Payload;
 use super::proxy::{DrainedMessage, ProxyInternalMsg, ProxyMsg};
 use crate::Address;
@@ -372,7 +372,7 @@ impl<M: RemoteMessage> SingletonManager<M> {
                 .state
                 .take()
                 .expect("the state is put back after each step");
-            let (state, actions) = state.step(event, Instant::now());
+            let (state, actions) = manager_state::step(state, event, Instant::now());
             active.state = Some(state);
             let mut deactivated = false;
             for action in actions {

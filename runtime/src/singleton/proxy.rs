@@ -1,5 +1,7 @@
 //! The singleton proxy: one actor per singleton on every node that uses it, which resolves the
-//! host from this node's view and forwards each message to the manager there.
+//! host from this node's view and forwards each message to the manager there. The routing
+//! decisions are the pure machine in `proxy_state.rs`; this file is its shell (the view, the
+//! managers' refs, timers, dead letters) and the caller-side handle with its fast path.
 //!
 //! # Routing
 //! The host is elected exactly as the managers elect it (see `election.rs`). While no member
@@ -16,7 +18,7 @@
 //! order, and the proxy sends those to the new host ahead of its buffer. Messages the old manager
 //! already gave its instance were processed before the new instance could start: a new host
 //! spawns only after the old instance finished `post_stop`. A drain that gets no answer within
-//! [`DRAIN_TIMEOUT`] (the old manager's node died) is given up; what it held expires there into
+//! `DRAIN_TIMEOUT` (the old manager's node died) is given up; what it held expires there into
 //! dead letters.
 //!
 //! # The fast path
@@ -28,20 +30,21 @@
 //! the actor's `DrainRequest`.
 
 use std::any::Any;
-use std::collections::VecDeque;
+use std::collections::BTreeSet;
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
 
 use super::election::elect_host;
 use super::event::{DeadLetterCause, SingletonEvent};
 use super::manager::{InternalMsg, ManagerMsg};
 use super::payload::Payload;
+use super::proxy_state::{self, ProxyAction, ProxyEvent, ProxyState, ProxyWarning, Route};
 use crate::Address;
 use crate::actor::{Actor, ActorError};
 use crate::actor_ref::ActorRef;
@@ -51,9 +54,6 @@ use crate::context::Context;
 use crate::dead_letter::DeadLetter;
 use crate::path::ActorPath;
 use crate::remoting::RemoteMessage;
-
-/// How long a proxy waits for the previous host's manager to give back held messages.
-pub(super) const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The proxy's protocol. Only `Drained` crosses the network (from a manager, attributed by the
 /// transport); the rest is sent on this node.
@@ -258,16 +258,7 @@ fn send<M: Send + 'static>(message: M, sender: Option<ActorPath>) -> ProxyMsg {
     })
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Route {
-    /// No member hosts, or the elected host is unreachable from here: buffer.
-    Nobody,
-    /// This node is the elected host.
-    Local,
-    /// Another node is.
-    Remote(Address),
-}
-
+/// The shell around [`ProxyState`]: reads the view, performs the actions.
 pub(crate) struct ProxyActor<M: RemoteMessage> {
     type_name: Arc<str>,
     role: Option<String>,
@@ -275,17 +266,11 @@ pub(crate) struct ProxyActor<M: RemoteMessage> {
     me: Address,
     buffer_size: usize,
     manager_elements: String,
-    route: Route,
-    /// The manager this proxy last sent to; drained before sending anywhere else.
-    last_sent: Option<Address>,
-    /// The drain in flight: (nonce, manager node).
-    drain: Option<(u64, Address)>,
-    next_nonce: u64,
-    buffer: VecDeque<Payload<M>>,
+    /// The routing state; `None` only while a step runs.
+    state: Option<ProxyState<Payload<M>>>,
     remote_manager: Option<(Address, ActorRef<M>)>,
+    /// The local manager as of a registry generation.
     local_manager: Option<(u64, Option<ActorRef<ManagerMsg>>)>,
-    warned_no_manager: bool,
-    warned_overflow: bool,
     subscription: Option<tokio::task::JoinHandle<()>>,
     fast: Arc<FastPath<M>>,
     registry: Arc<super::Registry>,
@@ -300,82 +285,147 @@ impl<M: RemoteMessage> ProxyActor<M> {
         fast: Arc<FastPath<M>>,
         registry: Arc<super::Registry>,
     ) -> Self {
+        let me = cluster.self_address().clone();
         Self {
             fast,
             registry,
             manager_elements: super::manager_elements(&type_name),
-            me: cluster.self_address().clone(),
+            state: Some(ProxyState::new(me.clone(), buffer_size, rand::random())),
+            me,
             type_name,
             role,
             cluster,
             buffer_size,
-            route: Route::Nobody,
-            last_sent: None,
-            drain: None,
-            next_nonce: rand::random(),
-            buffer: VecDeque::new(),
             remote_manager: None,
             local_manager: None,
-            warned_no_manager: false,
-            warned_overflow: false,
             subscription: None,
         }
     }
 
-    /// The node of the manager the current route leads to.
-    fn route_node(&self) -> Option<Address> {
-        match &self.route {
-            Route::Nobody => None,
-            Route::Local => Some(self.me.clone()),
-            Route::Remote(node) => Some(node.clone()),
+    /// Advance the routing state by `event` and perform what it says.
+    fn step(&mut self, event: ProxyEvent<Payload<M>>, ctx: &mut Context<Self>) {
+        let state = self
+            .state
+            .take()
+            .expect("the proxy state is back after every step");
+        let (state, actions) = proxy_state::step(state, event, Instant::now());
+        self.state = Some(state);
+        for action in actions {
+            self.perform(action, ctx);
         }
     }
 
-    /// Re-route: withdraw the fast path first, drain the previous manager, send what waits.
-    fn set_route(&mut self, route: Route, ctx: &mut Context<Self>) {
-        self.fast.state.lock().target = None;
-        if route != self.route {
-            tracing::debug!(singleton = %self.type_name, ?route, "singleton proxy re-routes");
-        }
-        self.route = route;
-        if let (Some(previous), Some(target)) = (self.last_sent.clone(), self.route_node())
-            && previous != target
-            && self.drain.is_none()
-        {
-            if self.may_hold_messages(&previous) {
-                self.start_drain(previous, ctx);
-            } else {
-                self.last_sent = None;
+    fn perform(&mut self, action: ProxyAction<Payload<M>>, ctx: &mut Context<Self>) {
+        match action {
+            ProxyAction::WithdrawFastPath => self.fast.state.lock().target = None,
+            ProxyAction::Send { node, item } => {
+                let Payload { message, sender } = item;
+                if node == self.me {
+                    match self.local_manager() {
+                        Some(manager) => {
+                            manager.tell(ManagerMsg::internal(InternalMsg::DeliverLocal {
+                                message: Box::new(message),
+                                sender,
+                            }));
+                        }
+                        // `stop` ran since the view was read; the next step learns it.
+                        None => self.dead_letter(sender, DeadLetterCause::NoManager),
+                    }
+                } else {
+                    let manager = self.remote_manager(&node);
+                    match sender {
+                        Some(sender) => manager.tell_from(message, &sender),
+                        None => manager.tell(message),
+                    }
+                }
+            }
+            ProxyAction::RequestDrain { node, nonce } => {
+                let request = ManagerMsg::DrainRequest { nonce };
+                if node == self.me {
+                    // Any manager at the path answers, active or passive.
+                    match ctx.system().resolve::<ManagerMsg>(&self.manager_elements) {
+                        Ok(manager) => manager.tell(request),
+                        Err(_) => ctx
+                            .myself()
+                            .tell(ProxyMsg::internal(ProxyInternalMsg::DrainTimeout { nonce })),
+                    }
+                } else {
+                    self.cluster
+                        .remoting()
+                        .remote_ref::<ManagerMsg>(&node, &self.manager_elements)
+                        .tell(request);
+                }
+            }
+            ProxyAction::ScheduleDrainTimeout { nonce, at } => {
+                ctx.schedule_once(
+                    at.saturating_duration_since(Instant::now()),
+                    ProxyMsg::internal(ProxyInternalMsg::DrainTimeout { nonce }),
+                );
+            }
+            ProxyAction::DeadLetter { item, cause } => {
+                self.dead_letter(item.sender, cause);
+                if cause == DeadLetterCause::NoManager {
+                    self.cluster.system().event_stream().publish(
+                        SingletonEvent::MessagesDeadLettered {
+                            type_name: Arc::clone(&self.type_name),
+                            node: self.me.clone(),
+                            count: 1,
+                            reason: DeadLetterCause::NoManager,
+                        },
+                    );
+                }
+            }
+            ProxyAction::Warn(ProxyWarning::BufferFull) => tracing::warn!(
+                singleton = %self.type_name,
+                buffer_size = self.buffer_size,
+                "singleton proxy buffer is full while no node hosts: dead-lettering (warned once)"
+            ),
+            ProxyAction::Warn(ProxyWarning::NoManager) => tracing::warn!(
+                singleton = %self.type_name,
+                "this node is the singleton's elected host but never called start(..): dead-lettering (warned once)"
+            ),
+            ProxyAction::OfferFastPath(target) => {
+                let target = match target {
+                    None => None,
+                    Some(node) if node == self.me => self.local_manager().map(FastTarget::Local),
+                    Some(node) => Some(FastTarget::Remote(self.remote_manager(&node))),
+                };
+                self.fast.state.lock().target = target;
             }
         }
-        self.flush(ctx);
     }
 
-    /// Offer the fast path to callers exactly when the actor has nothing waiting.
-    fn sync_fast_path(&mut self) {
-        let node = self.route_node();
-        let clear = self.drain.is_none()
-            && self.buffer.is_empty()
-            && (self.last_sent.is_none() || self.last_sent == node);
-        let target = match (&self.route, node) {
-            (_, None) => None,
-            (_, Some(_)) if !clear => None,
-            (Route::Local, Some(_)) => self.local_manager().map(FastTarget::Local),
-            (_, Some(node)) => Some(FastTarget::Remote(self.remote_manager(&node))),
-        };
-        if target.is_some() {
-            self.last_sent = self.route_node();
-        }
-        self.fast.state.lock().target = target;
-    }
-
-    fn resolve_route(&self) -> Route {
+    /// What this node's view says now: the host, and which managers can answer a drain.
+    fn routed(&mut self, force: bool, ctx: &Context<Self>) -> ProxyEvent<Payload<M>> {
         let view = self.cluster.view();
-        match elect_host(&view.members, self.role.as_deref()) {
+        let route = match elect_host(&view.members, self.role.as_deref()) {
             None => Route::Nobody,
             Some(host) if view.unreachable.contains(&host.node) => Route::Nobody,
             Some(host) if host.address() == &self.me => Route::Local,
             Some(host) => Route::Remote(host.address().clone()),
+        };
+        let mut answering: BTreeSet<Address> = view
+            .members
+            .iter()
+            .filter(|m| {
+                !matches!(m.status, MemberStatus::Down | MemberStatus::Removed)
+                    && !view.unreachable.contains(&m.node)
+                    && m.address() != &self.me
+            })
+            .map(|m| m.address().clone())
+            .collect();
+        if ctx
+            .system()
+            .resolve::<ManagerMsg>(&self.manager_elements)
+            .is_ok()
+        {
+            answering.insert(self.me.clone());
+        }
+        ProxyEvent::Routed {
+            route,
+            answering,
+            local_manager: self.local_manager().is_some(),
+            force,
         }
     }
 
@@ -408,154 +458,6 @@ impl<M: RemoteMessage> ProxyActor<M> {
         }
     }
 
-    fn submit(&mut self, payload: Payload<M>, ctx: &mut Context<Self>) {
-        if self.drain.is_some() || !self.buffer.is_empty() {
-            self.buffer_push(payload);
-            return;
-        }
-        if let Err(payload) = self.try_send(payload, ctx) {
-            self.buffer_push(payload);
-        }
-    }
-
-    /// Send now, or give the message back to be buffered.
-    fn try_send(&mut self, payload: Payload<M>, ctx: &mut Context<Self>) -> Result<(), Payload<M>> {
-        let target = match &self.route {
-            Route::Nobody => return Err(payload),
-            Route::Local => self.me.clone(),
-            Route::Remote(node) => node.clone(),
-        };
-        if let Some(previous) = self.last_sent.clone()
-            && previous != target
-        {
-            if self.may_hold_messages(&previous) {
-                self.start_drain(previous, ctx);
-                return Err(payload);
-            }
-            self.last_sent = None;
-        }
-        let Payload { message, sender } = payload;
-        if target == self.me {
-            let Some(manager) = self.local_manager() else {
-                self.dead_letter_no_manager(sender);
-                return Ok(());
-            };
-            manager.tell(ManagerMsg::internal(InternalMsg::DeliverLocal {
-                message: Box::new(message),
-                sender,
-            }));
-        } else {
-            let manager = self.remote_manager(&target);
-            match sender {
-                Some(sender) => manager.tell_from(message, &sender),
-                None => manager.tell(message),
-            }
-        }
-        self.last_sent = Some(target);
-        Ok(())
-    }
-
-    /// Whether the manager on `node` may still hold messages from this proxy and can answer.
-    fn may_hold_messages(&self, node: &Address) -> bool {
-        if *node == self.me {
-            return true;
-        }
-        let view = self.cluster.view();
-        view.members.iter().any(|m| {
-            m.address() == node
-                && !matches!(m.status, MemberStatus::Down | MemberStatus::Removed)
-                && !view.unreachable.contains(&m.node)
-        })
-    }
-
-    fn start_drain(&mut self, node: Address, ctx: &mut Context<Self>) {
-        let nonce = self.next_nonce;
-        self.next_nonce = self.next_nonce.wrapping_add(1);
-        let request = ManagerMsg::DrainRequest { nonce };
-        if node == self.me {
-            // Any manager at the path answers, active or passive.
-            match ctx.system().resolve::<ManagerMsg>(&self.manager_elements) {
-                Ok(manager) => manager.tell(request),
-                Err(_) => {
-                    self.last_sent = None;
-                    return;
-                }
-            }
-        } else {
-            self.cluster
-                .remoting()
-                .remote_ref::<ManagerMsg>(&node, &self.manager_elements)
-                .tell(request);
-        }
-        self.drain = Some((nonce, node));
-        ctx.schedule_once(
-            DRAIN_TIMEOUT,
-            ProxyMsg::internal(ProxyInternalMsg::DrainTimeout { nonce }),
-        );
-    }
-
-    fn on_drained(&mut self, nonce: u64, mut items: Vec<Payload<M>>, ctx: &mut Context<Self>) {
-        if self.drain.as_ref().is_some_and(|(n, _)| *n == nonce) {
-            self.drain = None;
-            self.last_sent = None;
-        } else if !items.is_empty() {
-            tracing::debug!(singleton = %self.type_name, count = items.len(), "late drain answer; sending its messages on");
-        }
-        // They were sent before anything still buffered.
-        items.extend(self.buffer.drain(..));
-        self.buffer = items.into();
-        self.flush(ctx);
-    }
-
-    fn flush(&mut self, ctx: &mut Context<Self>) {
-        while self.drain.is_none() {
-            let Some(payload) = self.buffer.pop_front() else {
-                break;
-            };
-            if let Err(payload) = self.try_send(payload, ctx) {
-                self.buffer.push_front(payload);
-                break;
-            }
-        }
-    }
-
-    fn buffer_push(&mut self, payload: Payload<M>) {
-        if self.buffer.len() >= self.buffer_size {
-            if !self.warned_overflow {
-                self.warned_overflow = true;
-                tracing::warn!(
-                    singleton = %self.type_name,
-                    buffer_size = self.buffer_size,
-                    "singleton proxy buffer is full while no node hosts: dead-lettering (warned once)"
-                );
-            }
-            let sender = payload.sender.clone();
-            self.dead_letter(sender, DeadLetterCause::HoldFull);
-            return;
-        }
-        self.buffer.push_back(payload);
-    }
-
-    fn dead_letter_no_manager(&mut self, sender: Option<ActorPath>) {
-        if !self.warned_no_manager {
-            self.warned_no_manager = true;
-            tracing::warn!(
-                singleton = %self.type_name,
-                "this node is the singleton's elected host but never called start(..): dead-lettering (warned once)"
-            );
-        }
-        self.dead_letter(sender, DeadLetterCause::NoManager);
-        self.cluster
-            .system()
-            .event_stream()
-            .publish(SingletonEvent::MessagesDeadLettered {
-                type_name: Arc::clone(&self.type_name),
-                node: self.me.clone(),
-                count: 1,
-                reason: DeadLetterCause::NoManager,
-            });
-    }
-
     fn dead_letter(&self, sender: Option<ActorPath>, cause: DeadLetterCause) {
         self.cluster.system().dead_letters().publish(DeadLetter {
             recipient: ActorPath::remote(
@@ -583,7 +485,8 @@ impl<M: RemoteMessage> Actor for ProxyActor<M> {
                 }
             }
         }));
-        self.route = self.resolve_route();
+        let event = self.routed(false, ctx);
+        self.step(event, ctx);
         Ok(())
     }
 
@@ -601,16 +504,16 @@ impl<M: RemoteMessage> Actor for ProxyActor<M> {
                         }
                     }
                 }
-                self.on_drained(nonce, items, ctx);
+                self.step(ProxyEvent::Drained { nonce, items }, ctx);
             }
             ProxyMsg::Internal(ProxyInternal(internal)) => match internal {
                 ProxyInternalMsg::Send { message, sender } => {
                     match message.downcast::<M>() {
-                        Ok(message) => self.submit(
-                            Payload {
+                        Ok(message) => self.step(
+                            ProxyEvent::Submit(Payload {
                                 message: *message,
                                 sender,
-                            },
+                            }),
                             ctx,
                         ),
                         Err(_) => {
@@ -621,47 +524,43 @@ impl<M: RemoteMessage> Actor for ProxyActor<M> {
                     state.pending = state.pending.saturating_sub(1);
                 }
                 ProxyInternalMsg::ClusterChanged => {
-                    let route = self.resolve_route();
-                    if route != self.route {
-                        self.set_route(route, ctx);
-                    }
+                    let event = self.routed(false, ctx);
+                    self.step(event, ctx);
                 }
                 ProxyInternalMsg::DrainedLocal { nonce, items } => {
                     match items.downcast::<Vec<Payload<M>>>() {
-                        Ok(items) => self.on_drained(nonce, *items, ctx),
+                        Ok(items) => self.step(
+                            ProxyEvent::Drained {
+                                nonce,
+                                items: *items,
+                            },
+                            ctx,
+                        ),
                         Err(_) => {
                             tracing::error!(singleton = %self.type_name, "drain answer of the wrong message type");
                         }
                     }
                 }
                 ProxyInternalMsg::DrainTimeout { nonce } => {
-                    if self.drain.as_ref().is_some_and(|(n, _)| *n == nonce) {
-                        tracing::debug!(singleton = %self.type_name, "no drain answer; sending on without it");
-                        self.drain = None;
-                        self.last_sent = None;
-                        self.flush(ctx);
-                    }
+                    self.step(ProxyEvent::DrainTimedOut { nonce }, ctx);
                 }
                 ProxyInternalMsg::Reconfigure { role } => {
                     if let Some(role) = role {
                         self.role = role;
                     }
                     self.local_manager = None;
-                    let route = self.resolve_route();
-                    self.set_route(route, ctx);
+                    let event = self.routed(true, ctx);
+                    self.step(event, ctx);
                 }
             },
         }
-        self.sync_fast_path();
         Ok(())
     }
 
-    async fn post_stop(&mut self, _ctx: &mut Context<Self>) {
+    async fn post_stop(&mut self, ctx: &mut Context<Self>) {
         if let Some(task) = self.subscription.take() {
             task.abort();
         }
-        for payload in std::mem::take(&mut self.buffer) {
-            self.dead_letter(payload.sender.clone(), DeadLetterCause::NotHosting);
-        }
+        self.step(ProxyEvent::Stopped, ctx);
     }
 }

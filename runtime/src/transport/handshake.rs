@@ -44,6 +44,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
+use tokio::time::Instant;
 
 use super::frame::FrameError;
 use super::version::{ProtocolVersions, VersionMismatch};
@@ -545,9 +546,15 @@ pub enum HandshakeAction {
     Reject(HandshakeRejection),
 }
 
-/// Advances the handshake by one event.
+/// Advances the handshake by one event at `now`. The handshake reads no clock: its deadline
+/// is the shell's (`handshake_timeout`, delivered as [`HandshakeEvent::TimedOut`]); `now` is
+/// part of the one signature every state machine of the runtime shares.
 #[must_use]
-pub fn step(state: Handshake, event: HandshakeEvent) -> (Handshake, Vec<HandshakeAction>) {
+pub fn step(
+    state: Handshake,
+    event: HandshakeEvent,
+    _now: Instant,
+) -> (Handshake, Vec<HandshakeAction>) {
     match (state, event) {
         (done @ (Handshake::Established { .. } | Handshake::Rejected { .. }), _) => (done, vec![]),
         (_, HandshakeEvent::TimedOut) => reject(HandshakeRejection::TimedOut),

@@ -643,7 +643,7 @@ async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
     let mut progressed = false;
     loop {
         let actions;
-        (state, actions) = step(state, event);
+        (state, actions) = step(state, event, Instant::now());
         if !progressed && state.has_peer_hello() {
             progressed = true;
             if let Some(admission) = admission {

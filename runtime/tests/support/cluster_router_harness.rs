@@ -132,10 +132,7 @@ pub(crate) fn options(
     index: usize,
     strategy: RoutingStrategy,
 ) -> ClusterRouterOptions<Job> {
-    ClusterRouterOptions::new()
-        .with_cluster(sim.node(index).cluster.clone())
-        .with_router_type(strategy)
-        .with_routee_path("/user/worker")
+    ClusterRouterOptions::new(&sim.node(index).cluster, strategy, "/user/worker")
         .with_seed(sim.seed())
 }
 

@@ -35,8 +35,8 @@ impl From<ClusterRow> for ClusterDto {
 }
 
 /// Every cluster that has reported, by name.
-#[utoipa::path(get, path = "/api/v1/clusters", tag = "clusters",
-    responses((status = 200, body = [ClusterDto])))]
+#[utoipa::path(get, path = "/api/v1/clusters", operation_id = "listClusters", tag = "clusters",
+    responses((status = 200, body = [ClusterDto]), (status = 503, description = "Store unavailable; retry", body = ErrorBody)))]
 pub async fn list(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let clusters: Vec<ClusterDto> = state
         .store
@@ -58,9 +58,10 @@ pub(crate) async fn find_cluster(state: &AppState, name: &str) -> Result<Cluster
 }
 
 /// One cluster.
-#[utoipa::path(get, path = "/api/v1/clusters/{cluster}", tag = "clusters",
+#[utoipa::path(get, path = "/api/v1/clusters/{cluster}", operation_id = "getCluster", tag = "clusters",
     params(("cluster" = String, Path, description = "Cluster name")),
-    responses((status = 200, body = ClusterDto), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = ClusterDto), (status = 404, description = "No such cluster", body = ErrorBody),
+              (status = 503, description = "Store unavailable; retry", body = ErrorBody)))]
 pub async fn one(
     state: web::Data<AppState>,
     cluster: web::Path<String>,

@@ -78,16 +78,22 @@ pub struct DeadLetterCounts {
 #[into_params(parameter_in = Query)]
 pub struct DeadLettersQuery {
     /// Only this recipient path.
+    #[param(min_length = 1)]
     pub recipient: Option<String>,
     /// Only this message type.
+    #[param(min_length = 1)]
     pub message_type: Option<String>,
     /// From this time (RFC 3339 or epoch ms, inclusive); per-minute counts default to the last hour.
+    #[param(value_type = Option<crate::api::openapi::TimeParameter>)]
     pub since: Option<String>,
     /// Until this time (RFC 3339 or epoch ms, exclusive).
+    #[param(value_type = Option<crate::api::openapi::TimeParameter>)]
     pub until: Option<String>,
     /// `next_cursor` of the previous page (list only).
+    #[param(value_type = Option<crate::api::openapi::PageCursor>)]
     pub cursor: Option<String>,
     /// Page size, 1..=1000 (default 100; list only).
+    #[param(minimum = 1, maximum = 1000, default = 100)]
     pub limit: Option<i64>,
 }
 
@@ -103,10 +109,12 @@ fn filter(query: &DeadLettersQuery) -> Result<DeadLetterFilter, ApiError> {
 }
 
 /// A cluster's dead letters, newest first.
-#[utoipa::path(get, path = "/api/v1/clusters/{cluster}/dead-letters", tag = "dead letters",
+#[utoipa::path(get, path = "/api/v1/clusters/{cluster}/dead-letters", operation_id = "listDeadLetters", tag = "dead letters",
     params(("cluster" = String, Path, description = "Cluster name"), DeadLettersQuery),
-    responses((status = 200, body = DeadLetterPage), (status = 400, body = ErrorBody),
-              (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = DeadLetterPage),
+              (status = 400, description = "A bad time, cursor or limit", body = ErrorBody),
+              (status = 404, description = "No such cluster", body = ErrorBody),
+              (status = 503, description = "Store unavailable; retry", body = ErrorBody)))]
 pub async fn list(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -128,10 +136,12 @@ pub async fn list(
 }
 
 /// Dead letters per minute (default: the last hour).
-#[utoipa::path(get, path = "/api/v1/clusters/{cluster}/dead-letters/per-minute", tag = "dead letters",
+#[utoipa::path(get, path = "/api/v1/clusters/{cluster}/dead-letters/per-minute", operation_id = "countDeadLettersPerMinute", tag = "dead letters",
     params(("cluster" = String, Path, description = "Cluster name"), DeadLettersQuery),
-    responses((status = 200, body = DeadLetterCounts), (status = 400, body = ErrorBody),
-              (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = DeadLetterCounts),
+              (status = 400, description = "A bad time, cursor or limit", body = ErrorBody),
+              (status = 404, description = "No such cluster", body = ErrorBody),
+              (status = 503, description = "Store unavailable; retry", body = ErrorBody)))]
 pub async fn per_minute(
     state: web::Data<AppState>,
     req: HttpRequest,

@@ -12,6 +12,7 @@ use troupe::directory::{
 use utoipa::{IntoParams, ToSchema};
 
 use super::allow::resource;
+use super::leases::name_ok;
 use crate::error::{ApiError, ErrorBody};
 use crate::request::{json_body, query_expecting};
 use crate::state::AppState;
@@ -29,7 +30,8 @@ pub const OLDEST_REVISION_HEADER: &str = "x-troupe-oldest-revision";
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClaimRequest {
-    /// The claiming host.
+    /// The claiming host: not empty, no control characters.
+    #[schema(value_type = crate::api::openapi::CoordinationName)]
     pub host: String,
 }
 
@@ -42,7 +44,7 @@ pub struct ClaimDto {
     pub host: String,
     /// The revision that created the claim.
     #[serde(with = "troupe_protocol::wire::u64_string")]
-    #[schema(value_type = String, format = "uint64")]
+    #[schema(value_type = troupe_protocol::wire::schema::U64)]
     pub revision: u64,
 }
 
@@ -93,7 +95,7 @@ pub struct SnapshotDto {
     pub claims: Vec<ClaimDto>,
     /// The revision they are current at; watch after it.
     #[serde(with = "troupe_protocol::wire::u64_string")]
-    #[schema(value_type = String, format = "uint64")]
+    #[schema(value_type = troupe_protocol::wire::schema::U64)]
     pub revision: u64,
 }
 
@@ -102,7 +104,7 @@ pub struct SnapshotDto {
 pub struct DirectoryEventDto {
     /// When it took effect.
     #[serde(with = "troupe_protocol::wire::u64_string")]
-    #[schema(value_type = String, format = "uint64")]
+    #[schema(value_type = troupe_protocol::wire::schema::U64)]
     pub revision: u64,
     /// `claimed` or `released`.
     pub kind: String,
@@ -136,19 +138,24 @@ pub struct WatchDto {
 
 /// `?host=`.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct HostQuery {
     /// The host whose claim to remove.
+    #[param(value_type = crate::api::openapi::CoordinationName)]
     pub host: String,
 }
 
 /// `?after=&wait_ms=`.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct WatchQuery {
-    /// Changes after this revision.
+    /// Changes after this revision (the `revision` of a snapshot or of the last event seen).
+    #[param(value_type = troupe_protocol::wire::schema::U64)]
     pub after: u64,
-    /// Milliseconds to wait for a first change (default 10000, at most 60000).
+    /// Milliseconds to wait for a first change, 0..=60000 (default 10000).
+    #[param(minimum = 0, maximum = 60_000)]
     pub wait_ms: Option<u64>,
 }
 
@@ -162,12 +169,13 @@ fn directory_error(error: DirectoryError) -> ApiError {
 }
 
 /// Claim `actor` for `host`; exactly one of concurrent claimants wins.
-#[utoipa::path(post, path = "/api/v1/coordination/claims/{actor}", tag = "coordination",
-    params(("actor" = String, Path, description = "Actor id")),
+#[utoipa::path(post, path = "/api/v1/coordination/claims/{actor}", operation_id = "claimActor", tag = "coordination",
+    params(("actor" = crate::api::openapi::CoordinationName, Path, description = "Actor id")),
     request_body = ClaimRequest,
-    responses((status = 200, body = ClaimOutcomeDto), (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody)),
-    security(("bearer" = [])))]
+    responses((status = 200, description = "`won`: whether the claimant owns the actor now; `claim`: the claim in force", body = ClaimOutcomeDto),
+        (status = 400, description = "A malformed body, or an empty or control-character actor id or host", body = ErrorBody),
+        (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody), (status = 502, description = "The coordination backend answered with an error", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry", body = ErrorBody)),
+    security(("coordination" = [])))]
 pub async fn claim(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -176,6 +184,8 @@ pub async fn claim(
 ) -> Result<HttpResponse, ApiError> {
     let service = state.coordination_for(&req)?;
     let request: ClaimRequest = json_body(&bytes, r#"{"host": string}"#)?;
+    name_ok("actor id", &actor)?;
+    name_ok("host", &request.host)?;
     let outcome = service
         .directory()
         .claim(&actor, &request.host)
@@ -192,16 +202,17 @@ pub async fn claim(
 }
 
 /// The current claim of `actor`.
-#[utoipa::path(get, path = "/api/v1/coordination/claims/{actor}", tag = "coordination",
-    params(("actor" = String, Path, description = "Actor id")),
-    responses((status = 200, body = LookupDto), (status = 401, body = ErrorBody)),
-    security(("bearer" = [])))]
+#[utoipa::path(get, path = "/api/v1/coordination/claims/{actor}", operation_id = "lookupClaim", tag = "coordination",
+    params(("actor" = crate::api::openapi::CoordinationName, Path, description = "Actor id")),
+    responses((status = 200, body = LookupDto), (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody), (status = 502, description = "The coordination backend answered with an error", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry", body = ErrorBody)),
+    security(("coordination" = [])))]
 pub async fn lookup(
     state: web::Data<AppState>,
     req: HttpRequest,
     actor: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let service = state.coordination_for(&req)?;
+    name_ok("actor id", &actor)?;
     let claim = service
         .directory()
         .lookup(&actor)
@@ -213,11 +224,12 @@ pub async fn lookup(
 }
 
 /// Remove `host`'s claim of `actor`.
-#[utoipa::path(delete, path = "/api/v1/coordination/claims/{actor}", tag = "coordination",
-    params(("actor" = String, Path, description = "Actor id"), HostQuery),
-    responses((status = 200, body = ClaimReleasedDto), (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody)),
-    security(("bearer" = [])))]
+#[utoipa::path(delete, path = "/api/v1/coordination/claims/{actor}", operation_id = "releaseClaim", tag = "coordination",
+    params(("actor" = crate::api::openapi::CoordinationName, Path, description = "Actor id"), HostQuery),
+    responses((status = 200, body = ClaimReleasedDto),
+        (status = 400, description = "No `host`, or unknown query parameters", body = ErrorBody),
+        (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody), (status = 502, description = "The coordination backend answered with an error", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry", body = ErrorBody)),
+    security(("coordination" = [])))]
 pub async fn unclaim(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -225,6 +237,8 @@ pub async fn unclaim(
 ) -> Result<HttpResponse, ApiError> {
     let service = state.coordination_for(&req)?;
     let host: HostQuery = query_expecting(&req, "?host=<host>")?;
+    name_ok("actor id", &actor)?;
+    name_ok("host", &host.host)?;
     let released = service
         .directory()
         .release(&actor, &host.host)
@@ -234,16 +248,17 @@ pub async fn unclaim(
 }
 
 /// Remove every claim of `host`.
-#[utoipa::path(post, path = "/api/v1/coordination/hosts/{host}/evict", tag = "coordination",
-    params(("host" = String, Path, description = "Host")),
-    responses((status = 200, body = EvictedDto), (status = 401, body = ErrorBody)),
-    security(("bearer" = [])))]
+#[utoipa::path(post, path = "/api/v1/coordination/hosts/{host}/evict", operation_id = "evictHost", tag = "coordination",
+    params(("host" = crate::api::openapi::CoordinationName, Path, description = "Host")),
+    responses((status = 200, body = EvictedDto), (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody), (status = 502, description = "The coordination backend answered with an error", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry", body = ErrorBody)),
+    security(("coordination" = [])))]
 pub async fn evict(
     state: web::Data<AppState>,
     req: HttpRequest,
     host: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let service = state.coordination_for(&req)?;
+    name_ok("host", &host)?;
     let released = service
         .directory()
         .evict_host(&host)
@@ -253,9 +268,9 @@ pub async fn evict(
 }
 
 /// Every claim and the revision it is current at.
-#[utoipa::path(get, path = "/api/v1/coordination/directory", tag = "coordination",
-    responses((status = 200, body = SnapshotDto), (status = 401, body = ErrorBody)),
-    security(("bearer" = [])))]
+#[utoipa::path(get, path = "/api/v1/coordination/directory", operation_id = "getDirectory", tag = "coordination",
+    responses((status = 200, body = SnapshotDto), (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody), (status = 502, description = "The coordination backend answered with an error", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry", body = ErrorBody)),
+    security(("coordination" = [])))]
 pub async fn snapshot(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -274,11 +289,14 @@ pub async fn snapshot(
 
 /// Long-poll: the changes after revision `after`, in order, as soon as there is at least one
 /// (or none after `wait_ms`). 410 when that history is compacted: take a new snapshot.
-#[utoipa::path(get, path = "/api/v1/coordination/directory/watch", tag = "coordination",
+#[utoipa::path(get, path = "/api/v1/coordination/directory/watch", operation_id = "watchDirectory", tag = "coordination",
     params(WatchQuery),
-    responses((status = 200, body = WatchDto), (status = 400, body = ErrorBody),
-        (status = 410, body = ErrorBody), (status = 401, body = ErrorBody)),
-    security(("bearer" = [])))]
+    responses((status = 200, description = "The changes after `after` (empty when none came within `wait_ms`)", body = WatchDto),
+        (status = 400, description = "No `after`, a malformed one, `wait_ms` above 60000, or unknown query parameters", body = ErrorBody),
+        (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody),
+        (status = 410, description = "The history after `after` is compacted; take a new snapshot (`x-troupe-oldest-revision` names the oldest revision still kept)", body = ErrorBody),
+        (status = 502, description = "The coordination backend answered with an error", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry", body = ErrorBody)),
+    security(("coordination" = [])))]
 pub async fn watch(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     let service = state.coordination_for(&req)?;
     let request: WatchQuery = query_expecting(

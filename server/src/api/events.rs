@@ -39,7 +39,7 @@ pub struct EventDto {
     pub node: String,
     /// The reporting node's incarnation.
     #[serde(with = "troupe_protocol::wire::u64_string")]
-    #[schema(value_type = String, format = "uint64")]
+    #[schema(value_type = troupe_protocol::wire::schema::U64)]
     pub incarnation: u64,
     /// The event's fields as the agent sent them (with `kind`).
     #[schema(value_type = Object)]
@@ -89,22 +89,47 @@ pub struct EventPage {
 pub struct EventsQuery {
     /// Only these kinds; repeat the parameter (`kind=MemberUp&kind=LeaderChanged`).
     #[serde(default)]
+    #[param(value_type = Option<Vec<crate::api::openapi::EventKindName>>, style = Form, explode)]
     pub kind: Vec<String>,
-    /// Only these categories (`membership`, `singleton`, `router`, `health`); repeatable.
+    /// Only these categories; repeatable.
     #[serde(default)]
+    #[param(value_type = Option<Vec<crate::api::openapi::EventCategoryName>>, style = Form, explode)]
     pub category: Vec<String>,
     /// Only events reported by this node address.
+    #[param(min_length = 1)]
     pub node: Option<String>,
     /// Only events about this member address, singleton name or router path.
+    #[param(min_length = 1)]
     pub subject: Option<String>,
     /// From this time (RFC 3339 or epoch ms, inclusive).
+    #[param(value_type = Option<crate::api::openapi::TimeParameter>)]
     pub since: Option<String>,
     /// Until this time (RFC 3339 or epoch ms, exclusive).
+    #[param(value_type = Option<crate::api::openapi::TimeParameter>)]
     pub until: Option<String>,
     /// `next_cursor` of the previous page.
+    #[param(value_type = Option<crate::api::openapi::PageCursor>)]
     pub cursor: Option<String>,
     /// Page size, 1..=1000 (default 100).
+    #[param(minimum = 1, maximum = 1000, default = 100)]
     pub limit: Option<i64>,
+}
+
+/// The items of a repeatable filter: each value, and each comma-separated part of one; an
+/// empty part is refused (it names nothing).
+pub(crate) fn filter_items<'a>(name: &str, values: &'a [String]) -> Result<Vec<&'a str>, ApiError> {
+    let mut out = Vec::new();
+    for value in values {
+        for item in value.split(',') {
+            if item.is_empty() {
+                return Err(ApiError::BadRequest(format!(
+                    "`{name}` has an empty value (`{value}`); give a name or leave it out"
+                )));
+            }
+            out.push(item);
+        }
+    }
+    Ok(out)
 }
 
 /// Resolves kind and category names into the list of kinds to match.
@@ -113,19 +138,11 @@ pub(crate) fn kinds_filter(
     categories: &[String],
 ) -> Result<Vec<String>, ApiError> {
     let mut out = Vec::new();
-    for kind in kinds
-        .iter()
-        .flat_map(|k| k.split(','))
-        .filter(|k| !k.is_empty())
-    {
+    for kind in filter_items("kind", kinds)? {
         let kind = EventKind::from_str(kind).map_err(|e| ApiError::BadRequest(e.to_string()))?;
         out.push(kind.as_str().to_owned());
     }
-    for category in categories
-        .iter()
-        .flat_map(|c| c.split(','))
-        .filter(|c| !c.is_empty())
-    {
+    for category in filter_items("category", categories)? {
         let matching: Vec<_> = EventKind::ALL
             .iter()
             .filter(|k| k.category().as_str() == category)
@@ -142,10 +159,12 @@ pub(crate) fn kinds_filter(
 }
 
 /// A cluster's events, newest first, filtered by kind, node, subject and time range.
-#[utoipa::path(get, path = "/api/v1/clusters/{cluster}/events", tag = "events",
+#[utoipa::path(get, path = "/api/v1/clusters/{cluster}/events", operation_id = "listEvents", tag = "events",
     params(("cluster" = String, Path, description = "Cluster name"), EventsQuery),
-    responses((status = 200, body = EventPage), (status = 400, body = ErrorBody),
-              (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = EventPage),
+              (status = 400, description = "A malformed filter (unknown kind or category, bad time, cursor or limit)", body = ErrorBody),
+              (status = 404, description = "No such cluster", body = ErrorBody),
+              (status = 503, description = "Store unavailable; retry", body = ErrorBody)))]
 pub async fn list(
     state: web::Data<AppState>,
     req: HttpRequest,

@@ -27,17 +27,17 @@ const PARSE_INLINE_BYTES: usize = 256 * 1024;
 /// Stores a report batch from an agent.
 #[utoipa::path(
     post,
-    path = "/api/v1/ingest",
+    path = "/api/v1/ingest", operation_id = "ingest",
     tag = "ingest",
-    request_body(content = Object, description = "A `ReportBatch` (see docs/control-plane.md)", content_type = "application/json"),
+    request_body(content = ReportBatch, description = "A report batch (the agent wire format, protocol version 1; see docs/control-plane.md). Strings must not contain NUL (`\\u0000`).", content_type = "application/json"),
     responses(
-        (status = 200, description = "Stored, or stored before (`duplicate`)", body = Object),
-        (status = 400, description = "Malformed batch; nothing stored", body = ErrorBody),
+        (status = 200, description = "Stored, or stored before (`duplicate`)", body = IngestAck),
+        (status = 400, description = "Malformed batch (not JSON, an unknown event kind, another protocol version, an empty `identity.cluster` or `identity.node`, a sequence out of range, a NUL in a string); nothing stored", body = ErrorBody),
         (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
         (status = 413, description = "Body larger than --max-body-bytes", body = ErrorBody),
         (status = 503, description = "Store unavailable; retry", body = ErrorBody),
     ),
-    security(("bearer" = []))
+    security(("ingest" = []))
 )]
 pub async fn ingest(
     state: web::Data<AppState>,
@@ -90,7 +90,7 @@ async fn receive(
     state.metrics.agent_report(
         &id.cluster,
         &id.node,
-        (answered_ms - batch.sent_at_ms).max(0) as f64 / 1000.0,
+        answered_ms.saturating_sub(batch.sent_at_ms).max(0) as f64 / 1000.0,
         batch.sent_at_ms.saturating_sub(received_ms) as f64 / 1000.0,
         answered_ms,
     );

@@ -19,17 +19,38 @@ use crate::state::AppState;
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AcquireRequest {
-    /// Who acquires (typically the node's address).
+    /// Who acquires (typically the node's address): not empty, no control characters.
+    #[schema(value_type = crate::api::openapi::CoordinationName)]
     pub owner: String,
-    /// Time to live of the grant, milliseconds.
+    /// Time to live of the grant, milliseconds, 5..=86400000 (a day).
     #[serde(with = "troupe_protocol::wire::u64_string")]
-    #[schema(value_type = String, format = "uint64")]
+    #[schema(value_type = LeaseTtl)]
     pub ttl_ms: u64,
-    /// How often the client renews, milliseconds; at most a third of the TTL. Default: a
-    /// fifth of the TTL.
+    /// How often the client renews, milliseconds; not 0 and at most a third of the TTL.
+    /// Default: a fifth of the TTL.
     #[serde(default, with = "troupe_protocol::wire::option_u64_string")]
-    #[schema(value_type = Option<String>, format = "uint64")]
+    #[schema(value_type = Option<troupe_protocol::wire::schema::U64Input>)]
     pub renew_interval_ms: Option<u64>,
+}
+
+/// The TTL of a lease request: 5..=86400000 milliseconds, a decimal string or a JSON number.
+#[derive(Debug)]
+pub struct LeaseTtl;
+
+impl utoipa::PartialSchema for LeaseTtl {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        troupe_protocol::wire::schema::u64_input(
+            MIN_TTL_MS,
+            MAX_TTL_MS,
+            "A lease TTL in milliseconds",
+        )
+    }
+}
+
+impl ToSchema for LeaseTtl {
+    fn name() -> std::borrow::Cow<'static, str> {
+        std::borrow::Cow::Borrowed("LeaseTtl")
+    }
 }
 
 /// Renew or release a grant.
@@ -37,10 +58,11 @@ pub struct AcquireRequest {
 #[serde(deny_unknown_fields)]
 pub struct GrantRequest {
     /// The holder.
+    #[schema(value_type = crate::api::openapi::CoordinationName)]
     pub owner: String,
     /// The grant's fencing token.
     #[serde(with = "troupe_protocol::wire::u64_string")]
-    #[schema(value_type = String, format = "uint64")]
+    #[schema(value_type = troupe_protocol::wire::schema::U64Input)]
     pub token: u64,
 }
 
@@ -53,15 +75,15 @@ pub struct LeaseGrantDto {
     pub owner: String,
     /// The fencing token of the grant.
     #[serde(with = "troupe_protocol::wire::option_u64_string")]
-    #[schema(value_type = Option<String>, format = "uint64")]
+    #[schema(value_type = Option<troupe_protocol::wire::schema::U64>)]
     pub token: Option<u64>,
     /// The grant's time to live, milliseconds.
     #[serde(with = "troupe_protocol::wire::option_u64_string")]
-    #[schema(value_type = Option<String>, format = "uint64")]
+    #[schema(value_type = Option<troupe_protocol::wire::schema::U64>)]
     pub ttl_ms: Option<u64>,
     /// Milliseconds until the server releases the grant unless renewed.
     #[serde(with = "troupe_protocol::wire::option_u64_string")]
-    #[schema(value_type = Option<String>, format = "uint64")]
+    #[schema(value_type = Option<troupe_protocol::wire::schema::U64>)]
     pub expires_in_ms: Option<u64>,
 }
 
@@ -123,18 +145,25 @@ fn grant_error(error: GrantError) -> ApiError {
     }
 }
 
-fn name_ok(what: &str, value: &str) -> Result<(), ApiError> {
+/// Shortest TTL a grant may have, milliseconds: its default renewal (a fifth) is then at
+/// least 1 ms.
+pub const MIN_TTL_MS: u64 = 5;
+/// Longest TTL a grant may have, milliseconds (a day).
+pub const MAX_TTL_MS: u64 = 86_400_000;
+
+pub(crate) fn name_ok(what: &str, value: &str) -> Result<(), ApiError> {
     troupe::directory::validate_name(what, value).map_err(|e| ApiError::BadRequest(e.to_string()))
 }
 
 /// Acquire lease `name` for `owner`: `granted` and a fencing token, or `granted: false` when
 /// another owner holds it. Acquiring again while holding extends the grant.
-#[utoipa::path(post, path = "/api/v1/coordination/leases/{name}/acquire", tag = "coordination",
-    params(("name" = String, Path, description = "Lease name")),
+#[utoipa::path(post, path = "/api/v1/coordination/leases/{name}/acquire", operation_id = "acquireLease", tag = "coordination",
+    params(("name" = crate::api::openapi::CoordinationName, Path, description = "Lease name")),
     request_body = AcquireRequest,
-    responses((status = 200, body = LeaseGrantDto), (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
-    security(("bearer" = [])))]
+    responses((status = 200, description = "Granted, or `granted: false` when another owner holds it", body = LeaseGrantDto),
+        (status = 400, description = "A malformed body, an empty or control-character name or owner, or a TTL or renew interval out of range", body = ErrorBody),
+        (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody), (status = 502, description = "The coordination backend answered with an error", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry", body = ErrorBody)),
+    security(("coordination" = [])))]
 pub async fn acquire(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -148,6 +177,12 @@ pub async fn acquire(
     )?;
     name_ok("lease name", &name)?;
     name_ok("owner", &request.owner)?;
+    if !(MIN_TTL_MS..=MAX_TTL_MS).contains(&request.ttl_ms) {
+        return Err(ApiError::BadRequest(format!(
+            "ttl_ms must be between {MIN_TTL_MS} and {MAX_TTL_MS}, got {}",
+            request.ttl_ms
+        )));
+    }
     let ttl = Duration::from_millis(request.ttl_ms);
     let renew = Duration::from_millis(request.renew_interval_ms.unwrap_or(request.ttl_ms / 5));
     let settings = LeaseSettings::new(ttl, renew)
@@ -164,12 +199,15 @@ pub async fn acquire(
 }
 
 /// Renew the grant `token` of `owner`; 409 when it is no longer held (lost: acquire again).
-#[utoipa::path(post, path = "/api/v1/coordination/leases/{name}/renew", tag = "coordination",
-    params(("name" = String, Path, description = "Lease name")),
+#[utoipa::path(post, path = "/api/v1/coordination/leases/{name}/renew", operation_id = "renewLease", tag = "coordination",
+    params(("name" = crate::api::openapi::CoordinationName, Path, description = "Lease name")),
     request_body = GrantRequest,
-    responses((status = 200, body = LeaseGrantDto), (status = 400, body = ErrorBody),
-        (status = 409, body = ErrorBody), (status = 401, body = ErrorBody)),
-    security(("bearer" = [])))]
+    responses((status = 200, body = LeaseGrantDto),
+        (status = 400, description = "A malformed body", body = ErrorBody),
+        (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody),
+        (status = 409, description = "The owner no longer holds the lease with that token; acquire again", body = ErrorBody),
+        (status = 502, description = "The coordination backend answered with an error", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry", body = ErrorBody)),
+    security(("coordination" = [])))]
 pub async fn renew(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -178,6 +216,8 @@ pub async fn renew(
 ) -> Result<HttpResponse, ApiError> {
     let service = state.coordination_for(&req)?;
     let request: GrantRequest = json_body(&bytes, r#"{"owner": string, "token": integer}"#)?;
+    name_ok("lease name", &name)?;
+    name_ok("owner", &request.owner)?;
     let grant = service
         .renew(&name, &request.owner, FencingToken(request.token))
         .await
@@ -186,12 +226,15 @@ pub async fn renew(
 }
 
 /// Release the grant `token` of `owner`; `released: false` when it did not hold it.
-#[utoipa::path(post, path = "/api/v1/coordination/leases/{name}/release", tag = "coordination",
-    params(("name" = String, Path, description = "Lease name")),
+#[utoipa::path(post, path = "/api/v1/coordination/leases/{name}/release", operation_id = "releaseLease", tag = "coordination",
+    params(("name" = crate::api::openapi::CoordinationName, Path, description = "Lease name")),
     request_body = GrantRequest,
-    responses((status = 200, body = ReleasedDto), (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody)),
-    security(("bearer" = [])))]
+    responses((status = 200, body = ReleasedDto),
+        (status = 400, description = "A malformed body", body = ErrorBody),
+        (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody),
+        (status = 409, description = "The owner no longer holds the lease with that token", body = ErrorBody),
+        (status = 502, description = "The coordination backend answered with an error", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry", body = ErrorBody)),
+    security(("coordination" = [])))]
 pub async fn release(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -200,6 +243,8 @@ pub async fn release(
 ) -> Result<HttpResponse, ApiError> {
     let service = state.coordination_for(&req)?;
     let request: GrantRequest = json_body(&bytes, r#"{"owner": string, "token": integer}"#)?;
+    name_ok("lease name", &name)?;
+    name_ok("owner", &request.owner)?;
     let released = service
         .release(&name, &request.owner, FencingToken(request.token))
         .await
@@ -208,16 +253,17 @@ pub async fn release(
 }
 
 /// The grant of lease `name` made through this server, if any.
-#[utoipa::path(get, path = "/api/v1/coordination/leases/{name}", tag = "coordination",
-    params(("name" = String, Path, description = "Lease name")),
-    responses((status = 200, body = LeaseStateDto), (status = 401, body = ErrorBody)),
-    security(("bearer" = [])))]
+#[utoipa::path(get, path = "/api/v1/coordination/leases/{name}", operation_id = "getLease", tag = "coordination",
+    params(("name" = crate::api::openapi::CoordinationName, Path, description = "Lease name")),
+    responses((status = 200, body = LeaseStateDto), (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody)),
+    security(("coordination" = [])))]
 pub async fn lease(
     state: web::Data<AppState>,
     req: HttpRequest,
     name: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let service = state.coordination_for(&req)?;
+    name_ok("lease name", &name)?;
     let holder = service.holders(&name).into_iter().next().map(Into::into);
     Ok(HttpResponse::Ok().json(LeaseStateDto {
         name: name.into_inner(),

@@ -82,6 +82,7 @@ pub struct ClusterMember {
     /// Its full address, `troupe://<cluster>@host:port`.
     pub node: String,
     /// Its incarnation, as a string.
+    #[schema(value_type = troupe_protocol::wire::schema::U64)]
     pub node_uid: String,
     /// `Joining`, `WeaklyUp`, `Up`, `Leaving`, `Exiting`, `Down` or `Removed`.
     pub status: String,
@@ -189,7 +190,7 @@ pub(crate) fn cluster_members(
 }
 
 /// The cluster's members (Akka's `GET /cluster/members`).
-#[utoipa::path(get, path = "/management/{cluster}/cluster/members", tag = "management",
+#[utoipa::path(get, path = "/management/{cluster}/cluster/members", operation_id = "getClusterMembers", tag = "management",
     params(("cluster" = String, Path, description = "Cluster name")),
     responses((status = 200, body = ClusterMembers),
               (status = 404, description = "No such cluster", body = ManagementMessage),
@@ -229,7 +230,7 @@ async fn find_member(
 }
 
 /// One member (Akka's `GET /cluster/members/{address}`).
-#[utoipa::path(get, path = "/management/{cluster}/cluster/members/{address}", tag = "management",
+#[utoipa::path(get, path = "/management/{cluster}/cluster/members/{address}", operation_id = "getClusterMember", tag = "management",
     params(("cluster" = String, Path, description = "Cluster name"),
            ("address" = String, Path, description = "`troupe://<cluster>@host:port` (raw or percent-encoded) or `host:port`")),
     responses((status = 200, body = ClusterMember),
@@ -245,6 +246,7 @@ pub async fn member(state: web::Data<AppState>, path: web::Path<(String, String)
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct ManagementOperation {
     /// `Down` or `Leave` (any case).
+    #[schema(pattern = "^([Dd][Oo][Ww][Nn]|[Ll][Ee][Aa][Vv][Ee])$")]
     pub operation: String,
 }
 
@@ -268,7 +270,7 @@ async fn operate(
 }
 
 /// Down or leave a member (Akka's `PUT /cluster/members/{address}`, form `operation`).
-#[utoipa::path(put, path = "/management/{cluster}/cluster/members/{address}", tag = "management",
+#[utoipa::path(put, path = "/management/{cluster}/cluster/members/{address}", operation_id = "operateClusterMember", tag = "management",
     params(("cluster" = String, Path, description = "Cluster name"),
            ("address" = String, Path, description = "`troupe://<cluster>@host:port` (raw or percent-encoded) or `host:port`")),
     request_body(content = ManagementOperation, content_type = "application/x-www-form-urlencoded"),
@@ -299,7 +301,7 @@ pub async fn put_member(
 }
 
 /// Leave (Akka's `DELETE /cluster/members/{address}`).
-#[utoipa::path(delete, path = "/management/{cluster}/cluster/members/{address}", tag = "management",
+#[utoipa::path(delete, path = "/management/{cluster}/cluster/members/{address}", operation_id = "leaveClusterMember", tag = "management",
     params(("cluster" = String, Path, description = "Cluster name"),
            ("address" = String, Path, description = "`troupe://<cluster>@host:port` (raw or percent-encoded) or `host:port`")),
     responses((status = 200, description = "Accepted: the next agent of the cluster to report carries it out", body = ManagementMessage),
@@ -356,12 +358,32 @@ pub struct DomainEventsQuery {
     /// Only these event types (Akka's names: `MemberUp`, `MemberDowned`, `UnreachableMember`,
     /// `LeaderChanged`, …); repeatable.
     #[serde(default, rename = "type")]
+    #[param(value_type = Option<Vec<crate::api::openapi::DomainEventType>>, style = Form, explode)]
     pub types: Vec<String>,
     /// Open a fresh stream with a `CurrentClusterState` event (members, unreachable, leader).
     #[serde(default)]
     pub snapshot: bool,
     /// Resume after this event id, for clients that cannot send `Last-Event-ID`.
+    #[param(min_length = 1)]
     pub last_event_id: Option<String>,
+}
+
+/// The JSON `data:` line of a domain event (Akka's shape). `type` is also the SSE `event:`
+/// name; `CurrentClusterState` carries `members`, `unreachable` and `leader` instead.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DomainEvent {
+    /// `MemberJoined`, `MemberWeaklyUp`, `MemberUp`, `MemberLeft`, `MemberExited`,
+    /// `MemberDowned`, `MemberRemoved`, `UnreachableMember`, `ReachableMember`,
+    /// `LeaderChanged` or `CurrentClusterState`.
+    #[serde(rename = "type")]
+    pub event_type: String,
+    /// The member (every type but `LeaderChanged`).
+    pub member: Option<ClusterMember>,
+    /// The new leader's full address (`LeaderChanged`; null: none).
+    pub address: Option<String>,
+    /// The status the member had (`MemberRemoved`).
+    pub previous_status: Option<String>,
 }
 
 fn domain_event(cluster: &str, item: &FeedItem) -> Option<(&'static str, Value)> {
@@ -410,11 +432,12 @@ fn domain_event(cluster: &str, item: &FeedItem) -> Option<(&'static str, Value)>
 
 /// Cluster domain events as server-sent events (Akka's `GET /cluster/domain-events`), with
 /// `id:` to resume from (`Last-Event-ID`) and an optional opening snapshot.
-#[utoipa::path(get, path = "/management/{cluster}/cluster/domain-events", tag = "management",
+#[utoipa::path(get, path = "/management/{cluster}/cluster/domain-events", operation_id = "streamDomainEvents", tag = "management",
     params(("cluster" = String, Path, description = "Cluster name"), DomainEventsQuery,
         ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event (the `id:` of an event the stream sent)")),
-    responses((status = 200, description = "text/event-stream: `event: <type>`, `id:`, a JSON `data:` line `{\"type\", \"member\": {node, nodeUid, status, roles}}` (`address` for `LeaderChanged`, `previousStatus` for `MemberRemoved`)",
-                content_type = "text/event-stream", body = String),
+    responses((status = 200, description = "A `text/event-stream` that does not end while the server runs: per event `id:` (resume position), `event: <type>` and one `data:` line, a JSON `DomainEvent` `{\"type\", \"member\": {node, nodeUid, status, roles}}` (`address` for `LeaderChanged`, `previousStatus` for `MemberRemoved`)",
+                content_type = "text/event-stream", body = String,
+                example = json!("retry: 3000\n\nid: 1:17.0\nevent: MemberUp\ndata: {\"type\":\"MemberUp\",\"member\":{\"node\":\"troupe://demo@127.0.0.1:2552\",\"nodeUid\":\"15365700884095386388\",\"status\":\"Up\",\"roles\":[]}}\n\n")),
               (status = 400, description = "Unknown event type or `Last-Event-ID`", body = ManagementMessage),
               (status = 404, description = "No such cluster", body = ManagementMessage),
               (status = 503, description = "Store unavailable; retry", body = ManagementMessage)))]
@@ -425,12 +448,7 @@ pub async fn domain_events(
 ) -> Answer {
     let query: DomainEventsQuery = query(&req)?;
     let mut types = Vec::new();
-    for wanted in query
-        .types
-        .iter()
-        .flat_map(|t| t.split(','))
-        .filter(|t| !t.is_empty())
-    {
+    for wanted in super::events::filter_items("type", &query.types)? {
         let known = DOMAIN_EVENTS
             .iter()
             .find(|n| **n == wanted)

@@ -32,7 +32,7 @@ pub struct MemberDto {
     pub address: String,
     /// Its incarnation (Akka's `nodeUid`).
     #[serde(with = "troupe_protocol::wire::u64_string")]
-    #[schema(value_type = String, format = "uint64")]
+    #[schema(value_type = troupe_protocol::wire::schema::U64)]
     pub node_uid: u64,
     /// `joining`, `weakly-up`, `up`, `leaving`, `exiting`, `down` or `removed`.
     pub status: String,
@@ -165,9 +165,12 @@ pub(crate) fn member_address(cluster: &str, written: &str) -> Result<String, Api
 }
 
 /// The members of a cluster as last reported.
-#[utoipa::path(get, path = "/api/v1/clusters/{cluster}/members", tag = "members",
+#[utoipa::path(get, path = "/api/v1/clusters/{cluster}/members", operation_id = "listMembers", tag = "members",
     params(("cluster" = String, Path, description = "Cluster name"), MembersQuery),
-    responses((status = 200, body = MembersDto), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = MembersDto),
+              (status = 400, description = "A malformed query", body = ErrorBody),
+              (status = 404, description = "No such cluster", body = ErrorBody),
+              (status = 503, description = "Store unavailable; retry", body = ErrorBody)))]
 pub async fn list(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -179,10 +182,12 @@ pub async fn list(
 }
 
 /// One member, 404 if unknown.
-#[utoipa::path(get, path = "/api/v1/clusters/{cluster}/members/{address}", tag = "members",
+#[utoipa::path(get, path = "/api/v1/clusters/{cluster}/members/{address}", operation_id = "getMember", tag = "members",
     params(("cluster" = String, Path, description = "Cluster name"),
            ("address" = String, Path, description = "Member address: `host:port`, or the full `troupe://<cluster>@host:port` (raw or percent-encoded)")),
-    responses((status = 200, body = MemberDto), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = MemberDto),
+              (status = 404, description = "No such cluster or member", body = ErrorBody),
+              (status = 503, description = "Store unavailable; retry", body = ErrorBody)))]
 pub async fn one(
     state: web::Data<AppState>,
     path: web::Path<(String, String)>,
@@ -202,6 +207,7 @@ pub async fn one(
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct OperationRequest {
     /// `Down` or `Leave` (any case).
+    #[schema(pattern = "^([Dd][Oo][Ww][Nn]|[Ll][Ee][Aa][Vv][Ee])$")]
     pub operation: String,
 }
 
@@ -273,14 +279,19 @@ async fn queue(
 
 /// Asks a member to leave or be downed (`operation=Down|Leave`); needs the admin token and
 /// `--enable-member-operations`.
-#[utoipa::path(put, path = "/api/v1/clusters/{cluster}/members/{address}", tag = "members",
+#[utoipa::path(put, path = "/api/v1/clusters/{cluster}/members/{address}", operation_id = "operateMember", tag = "members",
     params(("cluster" = String, Path, description = "Cluster name"),
            ("address" = String, Path, description = "Member address: `host:port`, or the full `troupe://<cluster>@host:port` (raw or percent-encoded)")),
-    request_body(content = OperationRequest, content_type = "application/x-www-form-urlencoded"),
-    responses((status = 202, body = OperationAccepted),
-              (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-              (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
-    security(("bearer" = [])))]
+    request_body(content(
+        (OperationRequest = "application/x-www-form-urlencoded"),
+        (OperationRequest = "application/json"))),
+    responses((status = 202, description = "Queued: the next agent of the cluster to report carries it out", body = OperationAccepted),
+              (status = 400, description = "No `operation`, or not `Down` or `Leave`", body = ErrorBody),
+              (status = 401, description = "Missing or wrong admin token (or none configured)", body = ErrorBody),
+              (status = 403, description = "Member operations are off (`--enable-member-operations`)", body = ErrorBody),
+              (status = 404, description = "No such cluster or member", body = ErrorBody),
+              (status = 503, description = "Store unavailable; retry", body = ErrorBody)),
+    security(("admin" = [])))]
 pub async fn operate(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -310,12 +321,15 @@ pub async fn operate(
 }
 
 /// Asks a member to leave; needs the admin token and `--enable-member-operations`.
-#[utoipa::path(delete, path = "/api/v1/clusters/{cluster}/members/{address}", tag = "members",
+#[utoipa::path(delete, path = "/api/v1/clusters/{cluster}/members/{address}", operation_id = "leaveMember", tag = "members",
     params(("cluster" = String, Path, description = "Cluster name"),
            ("address" = String, Path, description = "Member address: `host:port`, or the full `troupe://<cluster>@host:port` (raw or percent-encoded)")),
-    responses((status = 202, body = OperationAccepted), (status = 401, body = ErrorBody),
-              (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
-    security(("bearer" = [])))]
+    responses((status = 202, description = "Queued: the next agent of the cluster to report carries it out", body = OperationAccepted),
+              (status = 401, description = "Missing or wrong admin token (or none configured)", body = ErrorBody),
+              (status = 403, description = "Member operations are off (`--enable-member-operations`)", body = ErrorBody),
+              (status = 404, description = "No such cluster or member", body = ErrorBody),
+              (status = 503, description = "Store unavailable; retry", body = ErrorBody)),
+    security(("admin" = [])))]
 pub async fn leave(
     state: web::Data<AppState>,
     req: HttpRequest,

@@ -35,7 +35,7 @@ pub struct NodeDto {
     pub node: String,
     /// Its incarnation.
     #[serde(with = "troupe_protocol::wire::u64_string")]
-    #[schema(value_type = String, format = "uint64")]
+    #[schema(value_type = troupe_protocol::wire::schema::U64)]
     pub incarnation: u64,
     /// The machine it runs on (`meta.node`).
     pub meta_node: Option<String>,
@@ -83,9 +83,10 @@ impl From<AgentRow> for NodeDto {
 }
 
 /// Every agent incarnation of a cluster, by address, newest incarnation first.
-#[utoipa::path(get, path = "/api/v1/clusters/{cluster}/nodes", tag = "nodes",
+#[utoipa::path(get, path = "/api/v1/clusters/{cluster}/nodes", operation_id = "listNodes", tag = "nodes",
     params(("cluster" = String, Path, description = "Cluster name")),
-    responses((status = 200, body = [NodeDto]), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = [NodeDto]), (status = 404, description = "No such cluster", body = ErrorBody),
+              (status = 503, description = "Store unavailable; retry", body = ErrorBody)))]
 pub async fn list(
     state: web::Data<AppState>,
     cluster: web::Path<String>,

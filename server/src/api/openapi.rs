@@ -2,19 +2,38 @@
 //! (`/api/v1/docs`) that renders it with no CDN or network access.
 
 use actix_web::HttpResponse;
+use troupe_protocol::{EventCategory, EventKind};
+use utoipa::openapi::schema::{AnyOfBuilder, ObjectBuilder, Schema, SchemaFormat, Type};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::openapi::{KnownFormat, RefOr};
 use utoipa::{Modify, OpenApi};
+
+use crate::time::EPOCH_MS_DIGITS;
 
 /// The management API, described.
 #[derive(Debug, OpenApi)]
 #[openapi(
     info(
         title = "Troupe control plane",
-        description = "Ingest of agent reports and the management API of a Troupe actor cluster."
+        description = "Ingest of agent reports and the management API of a Troupe actor cluster.\n\n\
+            Unsigned 64-bit integers (incarnations, uids, fencing tokens, revisions, counts, \
+            durations) are written as decimal strings (`Uint64`): JSON numbers above 2^53 lose \
+            precision in JavaScript and jq. Request bodies accept them as strings or, as older \
+            clients send them, as JSON numbers (`Uint64Input`).\n\n\
+            Every error answer is `ErrorBody` (`{\"error\", \"status\"}`; under `/management` Akka's \
+            `{\"message\"}`). A method a path does not serve answers 405 with an `Allow` header; a \
+            path under `/api/v1` or `/management` that names no resource answers 404. 503 (with \
+            `Retry-After`) means the store is away for now: retry.\n\n\
+            Three bearer tokens, each its own security scheme: `ingest` (agents' reports), \
+            `admin` (member operations, with `--enable-member-operations`) and `coordination` \
+            (leases and the actor directory). Reading the management API needs none."
     ),
     paths(
         super::probes::livez,
         super::probes::readyz,
+        super::prometheus::metrics,
+        document,
+        docs_page,
         super::ingest::ingest,
         super::clusters::list,
         super::clusters::one,
@@ -41,44 +60,239 @@ use utoipa::{Modify, OpenApi};
         super::directory::evict,
         super::directory::snapshot,
         super::directory::watch,
+        super::management::members,
+        super::management::member,
+        super::management::put_member,
+        super::management::delete_member,
+        super::management::domain_events,
     ),
-    components(schemas(crate::error::ErrorBody)),
-    modifiers(&BearerAuth),
+    components(schemas(
+        crate::error::ErrorBody,
+        troupe_protocol::wire::schema::U64,
+        troupe_protocol::wire::schema::U64Input,
+        super::stream::StreamEvent,
+        super::management::DomainEvent,
+        TimeParameter,
+        PageCursor,
+        EventKindName,
+        EventCategoryName,
+        DomainEventType,
+        CoordinationName,
+        super::leases::LeaseTtl,
+    )),
+    modifiers(&TokenSchemes),
     tags(
         (name = "probes", description = "Liveness and readiness, without a token"),
-        (name = "ingest", description = "Agents' report batches"),
+        (name = "metrics", description = "Prometheus metrics"),
+        (name = "documentation", description = "This document and its HTML rendering"),
+        (name = "ingest", description = "Agents' report batches (the `ingest` token)"),
         (name = "clusters", description = "Clusters that report"),
-        (name = "members", description = "Members as last reported; leave and down"),
+        (name = "members", description = "Members as last reported; leave and down (the `admin` token)"),
         (name = "nodes", description = "Agent incarnations"),
         (name = "events", description = "Event history and the live stream"),
         (name = "dead letters", description = "Undeliverable messages"),
         (name = "singletons", description = "Cluster singletons and hand-overs"),
         (name = "routers", description = "Cluster routers and mailbox depths"),
-        (name = "coordination", description = "Leases and the actor directory for agents (needs --coordination-token)"),
+        (name = "coordination", description = "Leases and the actor directory for agents (the `coordination` token; needs --coordination-token)"),
+        (name = "management", description = "Akka Management's cluster routes, per cluster (`/management/{cluster}/cluster/...`)"),
     )
 )]
 pub struct ApiDoc;
 
+/// One security scheme per token the server checks.
 #[derive(Debug)]
-struct BearerAuth;
+struct TokenSchemes;
 
-impl Modify for BearerAuth {
+fn bearer(description: &str) -> SecurityScheme {
+    let mut http = Http::new(HttpAuthScheme::Bearer);
+    http.description = Some(description.to_owned());
+    SecurityScheme::Http(http)
+}
+
+impl Modify for TokenSchemes {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         if let Some(components) = openapi.components.as_mut() {
             components.add_security_scheme(
-                "bearer",
-                SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
+                "ingest",
+                bearer("The ingest token agents send with their reports (--ingest-token, TROUPE_INGEST_TOKEN)."),
+            );
+            components.add_security_scheme(
+                "admin",
+                bearer("The admin token operators send for member operations (--admin-token, TROUPE_ADMIN_TOKEN); refused when none is configured."),
+            );
+            components.add_security_scheme(
+                "coordination",
+                bearer("The coordination token agents send to the leases and directory API (--coordination-token, TROUPE_COORDINATION_TOKEN); the API answers 403 when none is configured."),
             );
         }
     }
 }
 
-/// `GET /api/v1/openapi.json`.
-pub async fn document() -> HttpResponse {
-    HttpResponse::Ok().json(ApiDoc::openapi())
+macro_rules! named_schema {
+    ($(#[$doc:meta])* $type:ident = $name:literal, $schema:expr) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        pub struct $type;
+
+        impl utoipa::PartialSchema for $type {
+            fn schema() -> RefOr<Schema> {
+                $schema
+            }
+        }
+
+        impl utoipa::ToSchema for $type {
+            fn name() -> std::borrow::Cow<'static, str> {
+                std::borrow::Cow::Borrowed($name)
+            }
+        }
+    };
 }
 
-/// `GET /api/v1/docs`: the document rendered by a small inline script.
+named_schema!(
+    /// A time parameter: RFC 3339 (`2026-11-30T03:00:00Z`) or epoch milliseconds.
+    TimeParameter = "TimeParameter",
+    AnyOfBuilder::new()
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime)))
+                .description(Some("RFC 3339 (`2026-11-30T03:00:00Z`, `2026-11-30T04:00:00.5+01:00`)")),
+        )
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some(format!("^-?[0-9]{{1,{EPOCH_MS_DIGITS}}}$")))
+                .description(Some("Unix epoch milliseconds")),
+        )
+        .description(Some("A time: RFC 3339, or Unix epoch milliseconds (`-`, then at most 18 digits)"))
+        .into()
+);
+
+named_schema!(
+    /// The paging cursor: the `next_cursor` of a previous page.
+    PageCursor = "PageCursor",
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .pattern(Some(format!(
+            "^-?[0-9]{{1,{EPOCH_MS_DIGITS}}}\\.-?[0-9]{{1,{EPOCH_MS_DIGITS}}}$"
+        )))
+        .description(Some("The `next_cursor` of a previous page (opaque)"))
+        .into()
+);
+
+named_schema!(
+    /// An event kind's name.
+    EventKindName = "EventKindName",
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(EventKind::ALL.iter().map(|k| k.as_str())))
+        .description(Some("An event kind"))
+        .into()
+);
+
+named_schema!(
+    /// An event category's name.
+    EventCategoryName = "EventCategoryName",
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(EventCategory::ALL.iter().map(|c| c.as_str())))
+        .description(Some("An event category"))
+        .into()
+);
+
+named_schema!(
+    /// An Akka domain-event type's name.
+    DomainEventType = "DomainEventType",
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(super::management::DOMAIN_EVENTS))
+        .description(Some("An Akka Management domain-event type"))
+        .into()
+);
+
+named_schema!(
+    /// A name the coordination API takes: not empty, no control characters.
+    CoordinationName = "CoordinationName",
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .min_length(Some(1))
+        .pattern(Some(PRINTABLE))
+        .description(Some("Not empty; no control characters (U+0000-U+001F, U+007F-U+009F)"))
+        .into()
+);
+
+/// The pattern of text without control characters (what `char::is_control` refuses).
+pub const PRINTABLE: &str = "^[^\\x00-\\x1f\\x7f-\\x9f]+$";
+
+/// The served document: [`ApiDoc`] with what its annotations cannot say — every string of
+/// the report format refuses NUL (`\u0000`), as ingest does.
+#[must_use]
+pub fn document_value() -> serde_json::Value {
+    let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
+    let schemas = &mut doc["components"]["schemas"];
+    let mut reachable = std::collections::BTreeSet::new();
+    let mut pending = vec!["ReportBatch".to_owned()];
+    while let Some(name) = pending.pop() {
+        if reachable.insert(name.clone()) {
+            refs(&schemas[&name], &mut pending);
+        }
+    }
+    for name in reachable {
+        if let Some(schema) = schemas.get_mut(&name) {
+            refuse_nul(schema);
+        }
+    }
+    doc
+}
+
+/// Pattern of a string without NUL.
+pub const NO_NUL: &str = "^[^\\x00]*$";
+
+fn refs(value: &serde_json::Value, out: &mut Vec<String>) {
+    match value {
+        serde_json::Value::Object(map) => {
+            if let Some(name) = map
+                .get("$ref")
+                .and_then(|r| r.as_str())
+                .and_then(|r| r.strip_prefix("#/components/schemas/"))
+            {
+                out.push(name.to_owned());
+            }
+            map.values().for_each(|v| refs(v, out));
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|v| refs(v, out)),
+        _ => {}
+    }
+}
+
+fn refuse_nul(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            let is_string = match map.get("type") {
+                Some(serde_json::Value::String(t)) => t == "string",
+                Some(serde_json::Value::Array(types)) => types.iter().any(|t| t == "string"),
+                _ => false,
+            };
+            if is_string && !map.contains_key("pattern") && !map.contains_key("enum") {
+                map.insert("pattern".to_owned(), NO_NUL.into());
+            }
+            map.values_mut().for_each(refuse_nul);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(refuse_nul),
+        _ => {}
+    }
+}
+
+/// This document (OpenAPI 3.1).
+#[utoipa::path(get, path = "/api/v1/openapi.json", tag = "documentation", operation_id = "openapiDocument",
+    responses((status = 200, description = "The OpenAPI 3.1 document", content_type = "application/json", body = Object)))]
+pub async fn document() -> HttpResponse {
+    HttpResponse::Ok().json(document_value())
+}
+
+/// The document rendered as HTML by a small inline script (no network access).
+#[utoipa::path(get, path = "/api/v1/docs", tag = "documentation", operation_id = "apiDocsPage",
+    responses((status = 200, description = "An HTML page", content_type = "text/html", body = String)))]
 pub async fn docs_page() -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/html; charset=utf-8")

@@ -46,7 +46,7 @@ fn answer(ok: bool, status: &'static str, reason: Option<String>) -> HttpRespons
 }
 
 /// Liveness: 200 while the process serves.
-#[utoipa::path(get, path = "/livez", tag = "probes",
+#[utoipa::path(get, path = "/livez", operation_id = "livez", tag = "probes",
     responses((status = 200, description = "The process serves HTTP", body = ProbeDto)))]
 pub async fn livez() -> HttpResponse {
     answer(true, "live", None)
@@ -54,7 +54,7 @@ pub async fn livez() -> HttpResponse {
 
 /// Readiness: 200 when the store answers and its migrations are applied, else 503 with the
 /// reason (also while shutting down).
-#[utoipa::path(get, path = "/readyz", tag = "probes",
+#[utoipa::path(get, path = "/readyz", operation_id = "readyz", tag = "probes",
     responses((status = 200, description = "Ready to serve", body = ProbeDto),
               (status = 503, description = "Not ready: the store does not answer, a migration is missing, or the server is shutting down", body = ProbeDto)))]
 pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {

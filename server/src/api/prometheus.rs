@@ -11,7 +11,7 @@ use crate::metrics::Exposition;
 use crate::state::AppState;
 
 /// `GET /metrics`.
-#[utoipa::path(get, path = "/metrics", tag = "metrics",
+#[utoipa::path(get, path = "/metrics", operation_id = "metrics", tag = "metrics",
     responses((status = 200, description = "Prometheus text 0.0.4, or OpenMetrics 1.0.0 when `Accept` asks for `application/openmetrics-text`",
         content((String = "text/plain; version=0.0.4"), (String = "application/openmetrics-text; version=1.0.0")))))]
 pub async fn metrics(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {

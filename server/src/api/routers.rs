@@ -23,6 +23,8 @@ use crate::time::{datetime, now_ms, parse_time};
 
 /// Most ticks one depth query reads.
 const MAX_TICKS: i64 = 200_000;
+/// Widest bucket, seconds (a leap year).
+pub const MAX_BUCKET_SECONDS: i64 = 31_622_400;
 /// Buckets when none is asked for.
 const DEFAULT_BUCKETS: i64 = 60;
 
@@ -57,9 +59,10 @@ impl From<RouterRow> for RouterDto {
 }
 
 /// A cluster's routers with their routees.
-#[utoipa::path(get, path = "/api/v1/clusters/{cluster}/routers", tag = "routers",
+#[utoipa::path(get, path = "/api/v1/clusters/{cluster}/routers", operation_id = "listRouters", tag = "routers",
     params(("cluster" = String, Path, description = "Cluster name")),
-    responses((status = 200, body = [RouterDto]), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = [RouterDto]), (status = 404, description = "No such cluster", body = ErrorBody),
+              (status = 503, description = "Store unavailable; retry", body = ErrorBody)))]
 pub async fn list(
     state: web::Data<AppState>,
     cluster: web::Path<String>,
@@ -79,15 +82,20 @@ pub async fn list(
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct DepthQuery {
-    /// The router's path: sum the depths of its routees.
+    /// The router's path: sum the depths of its routees. Give exactly one of `router` and `path`.
+    #[param(min_length = 1)]
     pub router: Option<String>,
     /// Or one actor path.
+    #[param(min_length = 1)]
     pub path: Option<String>,
-    /// From (RFC 3339 or epoch ms; default one hour before `until`).
+    /// From (RFC 3339 or epoch ms; default one hour before `until`); before `until`.
+    #[param(value_type = Option<crate::api::openapi::TimeParameter>)]
     pub since: Option<String>,
     /// Until (RFC 3339 or epoch ms; default now).
+    #[param(value_type = Option<crate::api::openapi::TimeParameter>)]
     pub until: Option<String>,
-    /// Bucket width in seconds (default: the range in 60 buckets).
+    /// Bucket width in seconds, 1..=31622400 (a leap year; default: the range in 60 buckets).
+    #[param(minimum = 1, maximum = 31_622_400)]
     pub bucket_seconds: Option<i64>,
 }
 
@@ -100,7 +108,7 @@ pub struct DepthPoint {
     pub mean: f64,
     /// Largest summed depth in the bucket.
     #[serde(with = "troupe_protocol::wire::u64_string")]
-    #[schema(value_type = String, format = "uint64")]
+    #[schema(value_type = troupe_protocol::wire::schema::U64)]
     pub max: u64,
     /// Ticks in the bucket.
     pub ticks: u32,
@@ -204,10 +212,12 @@ pub(crate) fn bucket(
 }
 
 /// Mailbox depth of a router's routees (or one actor) over a time range, per node, bucketed.
-#[utoipa::path(get, path = "/api/v1/clusters/{cluster}/routers/depth", tag = "routers",
+#[utoipa::path(get, path = "/api/v1/clusters/{cluster}/routers/depth", operation_id = "getRouterDepth", tag = "routers",
     params(("cluster" = String, Path, description = "Cluster name"), DepthQuery),
-    responses((status = 200, body = DepthSeries), (status = 400, body = ErrorBody),
-              (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = DepthSeries),
+              (status = 400, description = "Not exactly one of `router` and `path`, a bad time, `since` not before `until`, or `bucket_seconds` out of range", body = ErrorBody),
+              (status = 404, description = "No such cluster", body = ErrorBody),
+              (status = 503, description = "Store unavailable; retry", body = ErrorBody)))]
 pub async fn depth(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -232,10 +242,10 @@ pub async fn depth(
         ));
     }
     let bucket_ms = match query.bucket_seconds {
-        Some(s) if s >= 1 => s * 1000,
+        Some(s) if (1..=MAX_BUCKET_SECONDS).contains(&s) => s * 1000,
         Some(s) => {
             return Err(ApiError::BadRequest(format!(
-                "`bucket_seconds` must be at least 1, got {s}"
+                "`bucket_seconds` must be between 1 and {MAX_BUCKET_SECONDS} (a leap year), got {s}"
             )));
         }
         None => ((until_ms - since_ms) / DEFAULT_BUCKETS).max(1000),

@@ -61,13 +61,15 @@ pub struct SingletonDetail {
 #[into_params(parameter_in = Query)]
 pub struct HistoryQuery {
     /// History entries, 1..=1000 (default 100).
+    #[param(minimum = 1, maximum = 1000, default = 100)]
     pub limit: Option<i64>,
 }
 
 /// A cluster's singletons with their current host and lease.
-#[utoipa::path(get, path = "/api/v1/clusters/{cluster}/singletons", tag = "singletons",
+#[utoipa::path(get, path = "/api/v1/clusters/{cluster}/singletons", operation_id = "listSingletons", tag = "singletons",
     params(("cluster" = String, Path, description = "Cluster name")),
-    responses((status = 200, body = [SingletonDto]), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = [SingletonDto]), (status = 404, description = "No such cluster", body = ErrorBody),
+              (status = 503, description = "Store unavailable; retry", body = ErrorBody)))]
 pub async fn list(
     state: web::Data<AppState>,
     cluster: web::Path<String>,
@@ -84,10 +86,13 @@ pub async fn list(
 }
 
 /// One singleton with its hand-over history.
-#[utoipa::path(get, path = "/api/v1/clusters/{cluster}/singletons/{name}", tag = "singletons",
+#[utoipa::path(get, path = "/api/v1/clusters/{cluster}/singletons/{name}", operation_id = "getSingleton", tag = "singletons",
     params(("cluster" = String, Path, description = "Cluster name"),
            ("name" = String, Path, description = "Singleton name"), HistoryQuery),
-    responses((status = 200, body = SingletonDetail), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = SingletonDetail),
+              (status = 400, description = "`limit` out of range", body = ErrorBody),
+              (status = 404, description = "No such cluster or singleton", body = ErrorBody),
+              (status = 503, description = "Store unavailable; retry", body = ErrorBody)))]
 pub async fn one(
     state: web::Data<AppState>,
     req: HttpRequest,

@@ -19,12 +19,13 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use actix_web::{HttpRequest, HttpResponse, web};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use troupe_protocol::EventKind;
+use utoipa::ToSchema;
 
 use super::clusters::find_cluster;
-use super::events::detail_json;
+use super::events::{detail_json, filter_items};
 use super::members::{agents, members_dto};
 use crate::error::{ApiError, ErrorBody};
 use crate::feed::{Cursor, Feed, FeedItem, Scope};
@@ -39,22 +40,43 @@ use crate::time::rfc3339;
 pub struct StreamQuery {
     /// Only these kinds; repeat the parameter (`type=MemberUp&type=LeaderChanged`).
     #[serde(default, rename = "type")]
+    #[param(value_type = Option<Vec<crate::api::openapi::EventKindName>>, style = Form, explode)]
     pub kinds: Vec<String>,
-    /// Only this cluster (empty: every cluster).
+    /// Only this cluster (absent: every cluster).
+    #[param(min_length = 1)]
     pub cluster: Option<String>,
     /// Open a fresh stream with the current state of each cluster (`CurrentClusterState`).
     #[serde(default)]
     pub snapshot: bool,
     /// Resume after this event id, for clients that cannot send `Last-Event-ID`.
+    #[param(min_length = 1)]
     pub last_event_id: Option<String>,
+}
+
+/// The JSON `data:` line of a `/api/v1/events/stream` event: these fields, beside the stored
+/// event's own fields as the agent reported them (`kind` among them; u64 values as strings).
+/// A `CurrentClusterState` event's data is `MembersDto` instead.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StreamEvent {
+    /// The cluster.
+    pub cluster: String,
+    /// The reporting node's address.
+    pub node: String,
+    /// The reporting node's incarnation.
+    #[schema(value_type = troupe_protocol::wire::schema::U64)]
+    pub incarnation: String,
+    /// When it happened (reporting node's clock).
+    pub at: chrono::DateTime<chrono::Utc>,
+    /// The same, epoch milliseconds.
+    pub at_ms: i64,
+    /// Its kind (`MemberUp`, `DeadLetter`, …), also the SSE `event:` name.
+    pub kind: String,
 }
 
 /// The kinds asked for (empty: all), or 400 naming the unknown one.
 pub(crate) fn parse_kinds(kinds: &[String]) -> Result<Vec<EventKind>, ApiError> {
-    kinds
-        .iter()
-        .flat_map(|k| k.split(','))
-        .filter(|k| !k.is_empty())
+    filter_items("type", kinds)?
+        .into_iter()
         .map(|k| EventKind::from_str(k).map_err(|e| ApiError::BadRequest(e.to_string())))
         .collect()
 }
@@ -119,11 +141,14 @@ pub(crate) fn item_json(item: &FeedItem) -> Value {
 }
 
 /// Stored events as they are stored: `event: <Kind>`, `id:` to resume from, a JSON `data:`.
-#[utoipa::path(get, path = "/api/v1/events/stream", tag = "events", params(StreamQuery,
-        ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event (the `id:` of an event the stream sent)")),
-    responses((status = 200, description = "text/event-stream", content_type = "text/event-stream", body = String),
-              (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
-              (status = 503, body = ErrorBody)))]
+#[utoipa::path(get, path = "/api/v1/events/stream", operation_id = "streamEvents", tag = "events", params(StreamQuery,
+        ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event (the `id:` of an event the stream sent); wins over `last_event_id`")),
+    responses((status = 200, description = "A `text/event-stream` that does not end while the server runs: per event `id:` (resume position), `event: <Kind>` and one `data:` line, a JSON `StreamEvent` (`CurrentClusterState`: a `MembersDto`); `retry: 3000` and a `: keep-alive` comment every 15 s",
+                content_type = "text/event-stream", body = String,
+                example = json!("retry: 3000\n\nid: 1:17.0\nevent: MemberUp\ndata: {\"cluster\":\"demo\",\"node\":\"127.0.0.1:2552\",\"incarnation\":\"15365700884095386388\",\"at\":\"2026-11-30T03:00:00.000Z\",\"at_ms\":1795921200000,\"kind\":\"MemberUp\",\"member\":{}}\n\n")),
+              (status = 400, description = "Unknown event kind, or an id (`Last-Event-ID`) no stream sent", body = ErrorBody),
+              (status = 404, description = "No such cluster", body = ErrorBody),
+              (status = 503, description = "Store unavailable; retry", body = ErrorBody)))]
 pub async fn stream(
     state: web::Data<AppState>,
     req: HttpRequest,

@@ -28,11 +28,20 @@ enum Event {
 }
 
 struct Node {
-    membership: Membership,
+    /// `None` only while a step runs.
+    membership: Option<Membership>,
     view: ClusterView,
     events: Vec<ClusterEvent>,
     alive: bool,
     terminated: bool,
+}
+
+impl Node {
+    fn membership(&self) -> &Membership {
+        self.membership
+            .as_ref()
+            .expect("the state is put back after each step")
+    }
 }
 
 struct Sim {
@@ -98,7 +107,12 @@ impl Sim {
         settings.seeds = vec![address(0), address(1)];
         settings.roles = roles.iter().map(|r| (*r).to_owned()).collect();
         let node = Node {
-            membership: Membership::new(me.clone(), settings, self.start + self.now),
+            membership: Some(Membership::new(
+                me.clone(),
+                settings,
+                self.start + self.now,
+                self.rng.random(),
+            )),
             view: ClusterView::default(),
             events: Vec::new(),
             alive: true,
@@ -207,10 +221,11 @@ impl Sim {
         if !self.nodes[index].alive {
             return;
         }
-        let mut rng = SmallRng::seed_from_u64(self.rng.random());
-        let actions = self.nodes[index].membership.handle(input, now, &mut rng);
+        let state = self.nodes[index].membership.take().expect("state");
+        let (state, actions) = super::step(state, input, now);
+        self.nodes[index].membership = Some(state);
         self.perform(index, actions);
-        let new_view = self.nodes[index].membership.view();
+        let new_view = self.nodes[index].membership().view();
         let node = &mut self.nodes[index];
         let events = diff(&node.view, &new_view);
         if self.check_invariants {
@@ -256,7 +271,7 @@ impl Sim {
                             self.addresses[i],
                             n.alive,
                             n.terminated,
-                            n.membership.is_member(),
+                            n.membership().is_member(),
                             n.view.converged,
                             n.view.leader,
                             n.view.unreachable,
@@ -303,13 +318,13 @@ impl Sim {
     fn check_leaders(&self) {
         let converged: Vec<usize> = self
             .live()
-            .filter(|&i| self.nodes[i].membership.is_member() && self.view(i).converged)
+            .filter(|&i| self.nodes[i].membership().is_member() && self.view(i).converged)
             .collect();
         for &a in &converged {
             for &b in &converged {
                 let (ga, gb) = (
-                    self.nodes[a].membership.gossip(),
-                    self.nodes[b].membership.gossip(),
+                    self.nodes[a].membership().gossip(),
+                    self.nodes[b].membership().gossip(),
                 );
                 if ga == gb
                     || (ga.members().eq(gb.members()) && ga.reachability() == gb.reachability())
@@ -653,7 +668,7 @@ fn churn(seed: u64, nodes: usize, steps: usize) {
     let settle = |s: &Sim| {
         let members: Vec<usize> = s
             .live()
-            .filter(|&i| s.nodes[i].membership.is_member())
+            .filter(|&i| s.nodes[i].membership().is_member())
             .collect();
         // Every live member's view is converged, all up, nothing unreachable, and holds only
         // live members: nobody is stuck in joining or leaving, no dead node lingers. (A
@@ -678,7 +693,7 @@ fn churn(seed: u64, nodes: usize, steps: usize) {
             return;
         }
         let first_gone = !sim.nodes[0].alive || sim.nodes[0].terminated;
-        if first_gone && !sim.live().any(|i| sim.nodes[i].membership.is_member()) {
+        if first_gone && !sim.live().any(|i| sim.nodes[i].membership().is_member()) {
             sim.start_node_at(0, &[]);
         }
         sim.run_for(Duration::from_secs(1));
@@ -727,7 +742,7 @@ fn any_member_can_make_another_leave_gracefully() {
 }
 
 fn departure(sim: &Sim, i: usize) -> Option<Departure> {
-    sim.nodes[i].membership.departure()
+    sim.nodes[i].membership().departure()
 }
 
 #[test]

@@ -81,17 +81,17 @@ fn run_wire(mut a: Handshake, mut b: Handshake) -> (Handshake, Handshake, Wire) 
     let mut to_b = Vec::new();
     let mut to_a = Vec::new();
     let actions;
-    (a, actions) = step(a, HandshakeEvent::Start);
+    (a, actions) = step(a, HandshakeEvent::Start, Instant::now());
     to_b.extend(sent(actions));
     let actions;
-    (b, actions) = step(b, HandshakeEvent::Start);
+    (b, actions) = step(b, HandshakeEvent::Start, Instant::now());
     to_a.extend(sent(actions));
     while !to_a.is_empty() || !to_b.is_empty() {
         for msg in std::mem::take(&mut to_b) {
             wire.from_initiator.push(msg.clone());
             if !b.is_finished() {
                 let actions;
-                (b, actions) = step(b, HandshakeEvent::Received(msg));
+                (b, actions) = step(b, HandshakeEvent::Received(msg), Instant::now());
                 to_a.extend(sent(actions));
             }
         }
@@ -99,7 +99,7 @@ fn run_wire(mut a: Handshake, mut b: Handshake) -> (Handshake, Handshake, Wire) 
             wire.from_acceptor.push(msg.clone());
             if !a.is_finished() {
                 let actions;
-                (a, actions) = step(a, HandshakeEvent::Received(msg));
+                (a, actions) = step(a, HandshakeEvent::Received(msg), Instant::now());
                 to_b.extend(sent(actions));
             }
         }
@@ -203,6 +203,7 @@ fn a_node_answering_without_the_secret_learns_nothing_about_the_dialler() {
     let (h, actions) = step(
         side(dialler.clone(), secret(SECRET), Role::Initiator, None, 1),
         HandshakeEvent::Start,
+        Instant::now(),
     );
     let mut said = sent(actions);
     let impostor_hello = HandshakeMessage::Hello(Hello {
@@ -211,7 +212,7 @@ fn a_node_answering_without_the_secret_learns_nothing_about_the_dialler() {
     })
     .encode()
     .unwrap();
-    let (h, actions) = step(h, HandshakeEvent::Received(impostor_hello));
+    let (h, actions) = step(h, HandshakeEvent::Received(impostor_hello), Instant::now());
     said.extend(sent(actions));
     let forged = HandshakeMessage::Identity(Identity {
         node: node(2, 22),
@@ -219,7 +220,7 @@ fn a_node_answering_without_the_secret_learns_nothing_about_the_dialler() {
     })
     .encode()
     .unwrap();
-    let (h, actions) = step(h, HandshakeEvent::Received(forged));
+    let (h, actions) = step(h, HandshakeEvent::Received(forged), Instant::now());
     said.extend(sent(actions));
     assert_eq!(rejection(&h), Some(&HandshakeRejection::BadProof));
     assert!(!reveals(&said, &dialler));
@@ -254,9 +255,10 @@ fn a_proof_from_another_connection_is_rejected() {
     let (b, _) = step(
         side(node(2, 2), secret(SECRET), Role::Acceptor, None, 3),
         HandshakeEvent::Start,
+        Instant::now(),
     );
-    let (b, _) = step(b, HandshakeEvent::Received(recorded_hello));
-    let (b, actions) = step(b, HandshakeEvent::Received(recorded_proof));
+    let (b, _) = step(b, HandshakeEvent::Received(recorded_hello), Instant::now());
+    let (b, actions) = step(b, HandshakeEvent::Received(recorded_proof), Instant::now());
     assert_eq!(rejection(&b), Some(&HandshakeRejection::BadProof));
     assert!(sent(actions).is_empty());
 }
@@ -266,6 +268,7 @@ fn an_acceptor_identity_reflected_back_is_rejected() {
     let (a, _) = step(
         side(node(1, 1), secret(SECRET), Role::Initiator, None, 1),
         HandshakeEvent::Start,
+        Instant::now(),
     );
     drop(a);
     let initiator_hello = HandshakeMessage::Hello(Hello {
@@ -277,16 +280,26 @@ fn an_acceptor_identity_reflected_back_is_rejected() {
     let (b, actions) = step(
         side(node(2, 2), secret(SECRET), Role::Acceptor, None, 2),
         HandshakeEvent::Start,
+        Instant::now(),
     );
     let acceptor_hello = sent(actions).remove(0);
-    let (b, _) = step(b, HandshakeEvent::Received(initiator_hello.clone()));
+    let (b, _) = step(
+        b,
+        HandshakeEvent::Received(initiator_hello.clone()),
+        Instant::now(),
+    );
     let proof = secret(SECRET).tag(KIND_PROOF, &[&initiator_hello, &acceptor_hello]);
     let (b, actions) = step(
         b,
         HandshakeEvent::Received(HandshakeMessage::Proof(proof).encode().unwrap()),
+        Instant::now(),
     );
     let acceptor_identity = sent(actions).remove(0);
-    let (b, _) = step(b, HandshakeEvent::Received(acceptor_identity));
+    let (b, _) = step(
+        b,
+        HandshakeEvent::Received(acceptor_identity),
+        Instant::now(),
+    );
     assert_eq!(rejection(&b), Some(&HandshakeRejection::BadProof));
 }
 
@@ -386,8 +399,9 @@ fn a_version_1_node_is_refused_as_version_1() {
     let (b, _) = step(
         side(node(2, 2), secret(SECRET), Role::Acceptor, None, 2),
         HandshakeEvent::Start,
+        Instant::now(),
     );
-    let (b, _) = step(b, HandshakeEvent::Received(legacy.into()));
+    let (b, _) = step(b, HandshakeEvent::Received(legacy.into()), Instant::now());
     let reason = rejection(&b).unwrap().to_string();
     assert!(
         reason.contains(&format!(
@@ -439,6 +453,7 @@ fn a_peer_of_another_actor_system_is_rejected_by_whichever_side_learns_it() {
     let (b, actions) = step(
         side(node(2, 2), s.clone(), Role::Acceptor, None, 2),
         HandshakeEvent::Start,
+        Instant::now(),
     );
     let acceptor_hello = sent(actions).remove(0);
     let initiator_hello = HandshakeMessage::Hello(Hello {
@@ -447,11 +462,16 @@ fn a_peer_of_another_actor_system_is_rejected_by_whichever_side_learns_it() {
     })
     .encode()
     .unwrap();
-    let (b, _) = step(b, HandshakeEvent::Received(initiator_hello.clone()));
+    let (b, _) = step(
+        b,
+        HandshakeEvent::Received(initiator_hello.clone()),
+        Instant::now(),
+    );
     let proof = s.tag(KIND_PROOF, &[&initiator_hello, &acceptor_hello]);
     let (b, actions) = step(
         b,
         HandshakeEvent::Received(HandshakeMessage::Proof(proof).encode().unwrap()),
+        Instant::now(),
     );
     let acceptor_identity = sent(actions).remove(0);
     let body = identity_body(&other(1)).unwrap();
@@ -461,7 +481,11 @@ fn a_peer_of_another_actor_system_is_rejected_by_whichever_side_learns_it() {
     );
     let mut identity = body;
     identity.put_slice(&tag);
-    let (b, _) = step(b, HandshakeEvent::Received(identity.freeze()));
+    let (b, _) = step(
+        b,
+        HandshakeEvent::Received(identity.freeze()),
+        Instant::now(),
+    );
     assert!(matches!(
         rejection(&b),
         Some(HandshakeRejection::WrongSystem { .. })
@@ -473,9 +497,10 @@ fn messages_out_of_order_are_unexpected() {
     let (b, _) = step(
         side(node(2, 2), secret(SECRET), Role::Acceptor, None, 2),
         HandshakeEvent::Start,
+        Instant::now(),
     );
     let proof = HandshakeMessage::Proof([0; TAG_LEN]).encode().unwrap();
-    let (b, _) = step(b, HandshakeEvent::Received(proof));
+    let (b, _) = step(b, HandshakeEvent::Received(proof), Instant::now());
     assert_eq!(
         rejection(&b),
         Some(&HandshakeRejection::UnexpectedMessage {
@@ -487,6 +512,7 @@ fn messages_out_of_order_are_unexpected() {
     let (b, _) = step(
         side(node(2, 2), secret(SECRET), Role::Acceptor, None, 2),
         HandshakeEvent::Start,
+        Instant::now(),
     );
     let hello = HandshakeMessage::Hello(Hello {
         versions: ProtocolVersions::THIS_BUILD,
@@ -494,14 +520,14 @@ fn messages_out_of_order_are_unexpected() {
     })
     .encode()
     .unwrap();
-    let (b, _) = step(b, HandshakeEvent::Received(hello));
+    let (b, _) = step(b, HandshakeEvent::Received(hello), Instant::now());
     let identity = HandshakeMessage::Identity(Identity {
         node: node(1, 1),
         tag: [0; TAG_LEN],
     })
     .encode()
     .unwrap();
-    let (b, actions) = step(b, HandshakeEvent::Received(identity));
+    let (b, actions) = step(b, HandshakeEvent::Received(identity), Instant::now());
     assert_eq!(
         rejection(&b),
         Some(&HandshakeRejection::UnexpectedMessage {
@@ -516,7 +542,7 @@ fn messages_out_of_order_are_unexpected() {
 fn before_the_proof_an_acceptor_accepts_only_small_messages() {
     let h = side(node(2, 2), secret(SECRET), Role::Acceptor, None, 2);
     assert_eq!(h.max_next_message_len(), MAX_UNPROVEN_MESSAGE_LEN);
-    let (h, _) = step(h, HandshakeEvent::Start);
+    let (h, _) = step(h, HandshakeEvent::Start, Instant::now());
     assert_eq!(h.max_next_message_len(), MAX_UNPROVEN_MESSAGE_LEN);
     assert!(!h.has_peer_hello());
     let hello = HandshakeMessage::Hello(Hello {
@@ -525,7 +551,7 @@ fn before_the_proof_an_acceptor_accepts_only_small_messages() {
     })
     .encode()
     .unwrap();
-    let (h, _) = step(h, HandshakeEvent::Received(hello));
+    let (h, _) = step(h, HandshakeEvent::Received(hello), Instant::now());
     assert!(h.has_peer_hello());
     assert_eq!(h.max_next_message_len(), MAX_UNPROVEN_MESSAGE_LEN);
     assert_eq!(MAX_UNPROVEN_MESSAGE_LEN, 41);
@@ -534,14 +560,14 @@ fn before_the_proof_an_acceptor_accepts_only_small_messages() {
 #[test]
 fn timeouts_and_closed_connections_reject_with_their_reason() {
     let h = side(node(2, 2), secret(SECRET), Role::Acceptor, None, 2);
-    let (h, _) = step(h, HandshakeEvent::Start);
-    let (h2, actions) = step(h.clone(), HandshakeEvent::TimedOut);
+    let (h, _) = step(h, HandshakeEvent::Start, Instant::now());
+    let (h2, actions) = step(h.clone(), HandshakeEvent::TimedOut, Instant::now());
     assert_eq!(
         actions,
         vec![HandshakeAction::Reject(HandshakeRejection::TimedOut)]
     );
     assert!(h2.is_finished());
-    let (h3, _) = step(h, HandshakeEvent::ConnectionFailed(None));
+    let (h3, _) = step(h, HandshakeEvent::ConnectionFailed(None), Instant::now());
     assert_eq!(rejection(&h3), Some(&HandshakeRejection::Closed));
 }
 
@@ -665,17 +691,17 @@ proptest! {
             msg
         };
         let actions;
-        (a, actions) = step(a, HandshakeEvent::Start);
+        (a, actions) = step(a, HandshakeEvent::Start, Instant::now());
         to_b.extend(sent(actions));
         let actions;
-        (b, actions) = step(b, HandshakeEvent::Start);
+        (b, actions) = step(b, HandshakeEvent::Start, Instant::now());
         to_a.extend(sent(actions));
         while !to_a.is_empty() || !to_b.is_empty() {
             for msg in std::mem::take(&mut to_b) {
                 let msg = tamper(msg);
                 if !b.is_finished() {
                     let actions;
-                    (b, actions) = step(b, HandshakeEvent::Received(msg));
+                    (b, actions) = step(b, HandshakeEvent::Received(msg), Instant::now());
                     to_a.extend(sent(actions));
                 }
             }
@@ -683,7 +709,7 @@ proptest! {
                 let msg = tamper(msg);
                 if !a.is_finished() {
                     let actions;
-                    (a, actions) = step(a, HandshakeEvent::Received(msg));
+                    (a, actions) = step(a, HandshakeEvent::Received(msg), Instant::now());
                     to_b.extend(sent(actions));
                 }
             }
