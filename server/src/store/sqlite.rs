@@ -156,7 +156,7 @@ struct Task {
 
 enum Step {
     Done(Result<(IngestOutcome, i64), StoreError>),
-    More(Task),
+    More(Box<Task>),
 }
 
 async fn run(
@@ -218,6 +218,7 @@ async fn step_and_requeue(
     let first = task.cursor.is_none();
     let (reply, outcome) = match step(pool, task).await {
         (Step::More(task), _) => {
+            let task = *task;
             if first {
                 in_progress
                     .lock()
@@ -243,7 +244,7 @@ async fn step(pool: &SqlitePool, task: Task) -> (Step, Option<Reply>) {
     let mut task = task;
     match write_chunk(pool, &mut task).await {
         Ok(Some(done)) => (Step::Done(Ok(done)), Some(task.job.reply)),
-        Ok(None) => (Step::More(task), None),
+        Ok(None) => (Step::More(Box::new(task)), None),
         Err(e) => (Step::Done(Err(e)), Some(task.job.reply)),
     }
 }
