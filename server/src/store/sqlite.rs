@@ -42,12 +42,12 @@ use super::sql;
 use super::state::{StateChange, state_changes};
 
 /// Most rows (events, dead letters, depth ticks) one transaction of a batch writes.
-pub(super) const CHUNK_ROWS: usize = 4_000;
+pub(super) const CHUNK_ROWS: usize = 2_000;
 /// Rows per multi-row insert statement (7 bound values each, far below SQLite's limit).
 const ROWS_PER_STATEMENT: usize = 400;
 /// Longest a batch waits in the writer's queue before it is refused as busy: with its own
 /// transaction it is stored within about a second or answered 503.
-pub(super) const MAX_QUEUE_WAIT: Duration = Duration::from_millis(750);
+pub(super) const MAX_QUEUE_WAIT: Duration = Duration::from_millis(400);
 /// Batches waiting for the writer at most; more are refused as busy at once.
 const QUEUE_CAPACITY: usize = 256;
 
