@@ -251,7 +251,7 @@ impl AgentBuilder {
             .unwrap_or_else(|| config.bind.ip().to_string());
         let transport_config = TcpTransportConfig::new(&config.system, config.bind, secret)
             .with_advertised_host(&host)
-            .with_incarnation(rand::random());
+            .with_incarnation(config.incarnation.unwrap_or_else(rand::random));
         let gossip = matches!(membership_choice, MembershipChoice::Gossip(_));
         let builder = match membership_choice {
             MembershipChoice::Gossip(settings) => {
@@ -338,6 +338,7 @@ impl AgentBuilder {
                 health: health.clone(),
                 metrics: Arc::clone(&metrics),
                 reporter: reporter.clone(),
+                operations_token: config.management_token.clone().filter(|t| !t.is_empty()),
             },
         )
         .map_err(|error| AgentError::Management {
@@ -410,6 +411,7 @@ impl AgentBuilder {
         }
         tracing::info!(
             node = %cluster.self_node(),
+            incarnation = cluster.self_node().incarnation,
             management = %management_url,
             membership = %if gossip { MembershipKind::Gossip.to_string() } else { config.membership.to_string() },
             "agent started"

@@ -123,10 +123,16 @@ pub struct AgentConfig {
     #[arg(long, env = "TROUPE_ADVERTISED_HOST")]
     pub advertised_host: Option<String>,
     /// Address of the management listener: health probes (`/_troupe/health`,
-    /// `/_troupe/health/ready`) and Prometheus `/metrics`. Internal only; in Kubernetes bind
+    /// `/_troupe/health/ready`), Prometheus `/metrics` and Akka Management's
+    /// `/cluster/members` routes. Internal only; in Kubernetes bind
     /// `0.0.0.0:8558` so the kubelet can probe it. Port 0 picks a free port (logged at start).
     #[arg(long, env = "TROUPE_MANAGEMENT_BIND", default_value = "127.0.0.1:8558")]
     pub management_bind: SocketAddr,
+    /// Bearer token that turns on member operations on the management listener (Akka
+    /// Management's `PUT`/`DELETE /cluster/members/{address}`, `POST /cluster/members`);
+    /// unset, they answer 403 and the cluster routes are read-only.
+    #[arg(long, env = "TROUPE_MANAGEMENT_TOKEN", hide_env_values = true)]
+    pub management_token: Option<String>,
     /// On shutdown, stay live but not ready this many milliseconds before leaving the cluster,
     /// so load balancers stop sending first (like a preStop sleep).
     #[arg(long, env = "TROUPE_DRAIN_DELAY_MS", default_value_t = 0)]
@@ -252,6 +258,15 @@ pub struct AgentConfig {
     /// node of the cluster.
     #[arg(long, env = "TROUPE_DEMO", default_value_t = false)]
     pub demo: bool,
+    /// The standard `OTEL_*` export settings, read exactly as the server reads them: the
+    /// agent's own log records and spans (its report requests among them) leave over
+    /// OTLP/HTTP (see `troupe_telemetry::otlp`).
+    #[command(flatten)]
+    pub otlp: troupe_telemetry::otlp::OtlpArgs,
+    /// This process's incarnation, when chosen before the start (`troupe-agent` chooses it
+    /// first so its telemetry resource names it); unset, the start draws a random one.
+    #[arg(skip)]
+    pub incarnation: Option<u64>,
 }
 
 /// Settings that cannot work together, or a value that cannot work: the message names the

@@ -2,7 +2,8 @@
 //! binds the transport, joins the cluster through the membership it was given (gossip,
 //! Kubernetes Leases, etcd), guards singletons with a lease, reports what happens, and ends in
 //! one of two ways: a graceful leave (exit 0) or a fence (exit 3) — see `lifecycle.rs`.
-//! It serves probes and Prometheus metrics on its management listener (`management.rs`).
+//! It serves probes and Prometheus metrics on its management listener (`management.rs`), and
+//! exports its own logs and traces over OTLP as the server does (`telemetry.rs`).
 //! Applications embed it with [`Agent::builder`] (`agent.rs`); `troupe-agent` is the same
 //! builder driven by the command line (`config.rs`). With `--demo` it also runs the demo
 //! workload (`demo.rs`): a singleton job scheduler, compute workers behind a cluster router,
@@ -18,6 +19,7 @@ pub mod lifecycle;
 pub mod management;
 pub mod metrics;
 pub mod reporter;
+pub mod telemetry;
 
 use std::net::SocketAddr;
 

@@ -7,6 +7,8 @@
 //! | `/_troupe/health/ready` | readiness: 200 only when joined and not shutting down         |
 //! | `/metrics`              | Prometheus text 0.0.4, or OpenMetrics 1.0.0 when `Accept` asks for `application/openmetrics-text` (see `metrics.rs`); `Vary: Accept` |
 //!
+//! | `/cluster/members[/{address}]` | Akka Management's cluster routes, this node's view (see `management/cluster.rs`); mutations opt-in with `--management-token` |
+//!
 //! From stop-begin (draining) on, every response carries `Connection: close`, so keep-alive
 //! connections that survived endpoint removal do not ride into the exiting process.
 
@@ -32,6 +34,14 @@ use crate::health::{self, Health, ProbeAnswer};
 use crate::metrics::AgentMetrics;
 use crate::reporter::ReporterHandle;
 
+mod cluster;
+
+/// Akka Management's members route.
+pub const MEMBERS_PATH: &str = "/cluster/members";
+
+/// The largest form body a member operation reads.
+const MAX_FORM_BYTES: usize = 4 * 1024;
+
 /// Liveness probe path.
 pub const LIVENESS_PATH: &str = "/_troupe/health";
 /// Readiness probe path.
@@ -52,6 +62,8 @@ pub struct Sources {
     pub metrics: Arc<AgentMetrics>,
     /// The reporter, when one runs.
     pub reporter: Option<ReporterHandle>,
+    /// The bearer token member operations need; `None`: they are refused (403).
+    pub operations_token: Option<String>,
 }
 
 /// A running management listener.
@@ -82,9 +94,103 @@ fn probe(answer: ProbeAnswer, sources: &Sources) -> Response<Body> {
     respond(answer.status, "application/json", body.to_string())
 }
 
-fn route(request: &Request<Incoming>, sources: &Sources) -> Response<Body> {
+fn json(answer: (u16, serde_json::Value)) -> Response<Body> {
+    respond(answer.0, "application/json", answer.1.to_string())
+}
+
+fn method_not_allowed(path: &str, method: &Method, allow: &'static str) -> Response<Body> {
+    let mut response = json((
+        405,
+        serde_json::json!({
+            "message": format!("`{path}` answers {allow}, not {method}"),
+        }),
+    ));
+    response
+        .headers_mut()
+        .insert("allow", HeaderValue::from_static(allow));
+    response
+}
+
+/// A form body, at most [`MAX_FORM_BYTES`].
+async fn form(request: Request<Incoming>) -> Result<Bytes, Response<Body>> {
+    use http_body_util::BodyExt;
+    match http_body_util::Limited::new(request.into_body(), MAX_FORM_BYTES)
+        .collect()
+        .await
+    {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(_) => Err(json((
+            413,
+            serde_json::json!({
+                "message": format!("the form is larger than {MAX_FORM_BYTES} bytes, or unreadable"),
+            }),
+        ))),
+    }
+}
+
+/// Akka Management's cluster routes (`/cluster/members…`).
+async fn cluster_route(request: Request<Incoming>, sources: &Sources) -> Response<Body> {
+    let path = request.uri().path().to_owned();
+    let method = request.method().clone();
+    let rest = path
+        .strip_prefix(MEMBERS_PATH)
+        .unwrap_or("")
+        .trim_start_matches('/');
+    let authorization = request
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .map(ToOwned::to_owned);
+    let authorize = || {
+        cluster::authorize(
+            sources.operations_token.as_deref(),
+            authorization.as_deref(),
+        )
+    };
+    if rest.is_empty() {
+        return match method {
+            Method::GET | Method::HEAD => json((
+                200,
+                cluster::members(&sources.cluster.view(), sources.cluster.self_address()),
+            )),
+            Method::POST => {
+                if let Some(refused) = authorize() {
+                    return json(refused);
+                }
+                match form(request).await {
+                    Ok(body) => json(cluster::join(&sources.cluster, &body)),
+                    Err(response) => response,
+                }
+            }
+            _ => method_not_allowed(&path, &method, "GET, HEAD, POST"),
+        };
+    }
+    match method {
+        Method::GET | Method::HEAD => json(cluster::member(&sources.cluster, rest)),
+        Method::PUT => {
+            if let Some(refused) = authorize() {
+                return json(refused);
+            }
+            let written = rest.to_owned();
+            match form(request).await {
+                Ok(body) => json(cluster::operate(&sources.cluster, &written, Some(&body))),
+                Err(response) => response,
+            }
+        }
+        Method::DELETE => match authorize() {
+            Some(refused) => json(refused),
+            None => json(cluster::operate(&sources.cluster, rest, None)),
+        },
+        _ => method_not_allowed(&path, &method, "GET, HEAD, PUT, DELETE"),
+    }
+}
+
+async fn route(request: Request<Incoming>, sources: &Sources) -> Response<Body> {
     let path = request.uri().path();
-    let known = [LIVENESS_PATH, READINESS_PATH, METRICS_PATH];
+    if path == MEMBERS_PATH || path.starts_with("/cluster/members/") {
+        return cluster_route(request, sources).await;
+    }
+    let known = [LIVENESS_PATH, READINESS_PATH, METRICS_PATH, MEMBERS_PATH];
     if !known.contains(&path) {
         let body = serde_json::json!({
             "error": format!("no endpoint at `{path}`; the agent serves {}", known.join(", ")),
@@ -152,7 +258,7 @@ impl ManagementServer {
                     let service = service_fn(move |request: Request<Incoming>| {
                         let sources = Arc::clone(&sources);
                         async move {
-                            let mut response = route(&request, &sources);
+                            let mut response = route(request, &sources).await;
                             if sources.health.state().closes_connections() {
                                 response
                                     .headers_mut()

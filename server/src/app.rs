@@ -138,7 +138,7 @@ impl App {
         let local_addr = listener.local_addr()?;
         let workers = config.workers;
         let shutdown_timeout = config.shutdown_timeout_secs;
-        let export = match Endpoint::for_signal(&config, Signal::Logs)? {
+        let export = match Endpoint::for_signal(&config.otlp, Signal::Logs)? {
             Some(endpoint) => {
                 // The exporter's blocking HTTP client must be made off the runtime.
                 let export = tokio::task::spawn_blocking(move || EventExport::new(&endpoint))

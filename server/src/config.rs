@@ -112,42 +112,10 @@ pub struct Config {
     #[arg(long, env = "TROUPE_SHUTDOWN_TIMEOUT_SECS", default_value_t = 30)]
     pub shutdown_timeout_secs: u64,
 
-    /// OTLP base URL for every signal: stored events leave as log records to `<url>/v1/logs`,
-    /// request spans to `<url>/v1/traces`. Unset (and no per-signal URL): no export.
-    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
-    pub otlp_endpoint: Option<String>,
-
-    /// Full OTLP logs URL (used as is); wins over --otlp-endpoint for log records.
-    #[arg(long, env = "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT")]
-    pub otlp_logs_endpoint: Option<String>,
-
-    /// Full OTLP traces URL (used as is); wins over --otlp-endpoint for spans.
-    #[arg(long, env = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")]
-    pub otlp_traces_endpoint: Option<String>,
-
-    /// OTLP transport of every signal; only http/protobuf is supported.
-    #[arg(long, env = "OTEL_EXPORTER_OTLP_PROTOCOL")]
-    pub otlp_protocol: Option<String>,
-
-    /// OTLP transport of log records; wins over --otlp-protocol (only http/protobuf).
-    #[arg(long, env = "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL")]
-    pub otlp_logs_protocol: Option<String>,
-
-    /// OTLP transport of spans; wins over --otlp-protocol (only http/protobuf).
-    #[arg(long, env = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")]
-    pub otlp_traces_protocol: Option<String>,
-
-    /// Log-record exporter: `otlp` (default) or `none`.
-    #[arg(long, env = "OTEL_LOGS_EXPORTER")]
-    pub otel_logs_exporter: Option<String>,
-
-    /// Span exporter: `otlp` (default) or `none`.
-    #[arg(long, env = "OTEL_TRACES_EXPORTER")]
-    pub otel_traces_exporter: Option<String>,
-
-    /// Turn OpenTelemetry export off whatever the endpoint settings.
-    #[arg(long, env = "OTEL_SDK_DISABLED", default_value_t = false)]
-    pub otel_sdk_disabled: bool,
+    /// The standard `OTEL_*` export settings, as the agents read them too: stored events leave
+    /// as log records, request spans as traces (see `troupe_telemetry::otlp`).
+    #[command(flatten)]
+    pub otlp: troupe_telemetry::otlp::OtlpArgs,
 
     /// Write logs as JSON lines (one object per line) instead of text.
     #[arg(long, env = "TROUPE_LOG_JSON", default_value_t = false)]
@@ -181,15 +149,7 @@ impl Config {
             max_clock_skew_ms: crate::store::DEFAULT_MAX_CLOCK_SKEW_MS,
             workers: None,
             shutdown_timeout_secs: 30,
-            otlp_endpoint: None,
-            otlp_logs_endpoint: None,
-            otlp_traces_endpoint: None,
-            otlp_protocol: None,
-            otlp_logs_protocol: None,
-            otlp_traces_protocol: None,
-            otel_logs_exporter: None,
-            otel_traces_exporter: None,
-            otel_sdk_disabled: false,
+            otlp: troupe_telemetry::otlp::OtlpArgs::default(),
             log_json: false,
             log_filter: "info".to_owned(),
         }

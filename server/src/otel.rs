@@ -1,16 +1,9 @@
 //! OpenTelemetry export: every stored event also leaves as an OTLP log record.
 //!
 //! # Configuration
-//! The standard variables, each signal on its own ([`Endpoint::for_signal`]): a signal is
-//! exported when its endpoint (`OTEL_EXPORTER_OTLP_LOGS_ENDPOINT`,
-//! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, used as given) or the base endpoint
-//! (`OTEL_EXPORTER_OTLP_ENDPOINT`, with `/v1/logs` or `/v1/traces` appended) is set, unless
-//! `OTEL_SDK_DISABLED=true` or its exporter (`OTEL_LOGS_EXPORTER`, `OTEL_TRACES_EXPORTER`) is
-//! `none`. Transport is http/protobuf (`OTEL_EXPORTER_OTLP_[LOGS_|TRACES_]PROTOCOL`; another
-//! protocol is refused at start). The SDK reads the rest itself, per signal before the generic
-//! one: `OTEL_EXPORTER_OTLP_[LOGS_|TRACES_]HEADERS`, `…_TIMEOUT`, `…_COMPRESSION` (`gzip`),
-//! and `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_BLRP_*`, `OTEL_BSP_*`,
-//! `OTEL_TRACES_SAMPLER[_ARG]`.
+//! The standard `OTEL_*` variables, each signal on its own, exactly as the agents read them
+//! ([`troupe_telemetry::otlp`]): stored events go to the logs endpoint
+//! (`OTEL_EXPORTER_OTLP_LOGS_ENDPOINT`, or `OTEL_EXPORTER_OTLP_ENDPOINT` + `/v1/logs`).
 //!
 //! # Records
 //! One log record per stored event (dead letters included), after its batch committed: event
@@ -28,130 +21,11 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use opentelemetry::logs::{AnyValue, LogRecord as _, Logger as _, LoggerProvider as _, Severity};
-use opentelemetry_otlp::{LogExporter, Protocol, WithExportConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::logs::{SdkLogger, SdkLoggerProvider};
 use troupe_protocol::{AgentHealth, EventBody, ReportBatch};
 
-use crate::config::Config;
-
-/// The export could not be set up.
-#[derive(Debug, thiserror::Error)]
-pub enum ExportError {
-    /// The OTLP exporter could not be built.
-    #[error("building the OTLP exporter failed: {0}")]
-    Exporter(#[from] opentelemetry_otlp::ExporterBuildError),
-    /// A protocol other than http/protobuf was asked for.
-    #[error("{variable}={value} is not supported; use http/protobuf")]
-    Protocol {
-        /// The variable (or flag) that asked.
-        variable: &'static str,
-        /// What it asked for.
-        value: String,
-    },
-    /// An exporter other than `otlp` or `none` was asked for.
-    #[error("{variable}={value} is not supported; use otlp or none")]
-    UnsupportedExporter {
-        /// The variable (or flag) that asked.
-        variable: &'static str,
-        /// What it asked for.
-        value: String,
-    },
-}
-
-/// A kind of telemetry the server exports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Signal {
-    /// Stored events as log records (`/v1/logs`).
-    Logs,
-    /// The server's request spans (`/v1/traces`).
-    Traces,
-}
-
-impl Signal {
-    fn path(self) -> &'static str {
-        match self {
-            Self::Logs => "/v1/logs",
-            Self::Traces => "/v1/traces",
-        }
-    }
-}
-
-/// Where one signal goes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Endpoint {
-    /// A base URL; the signal's path (`/v1/logs`, `/v1/traces`) is appended
-    /// (`OTEL_EXPORTER_OTLP_ENDPOINT`).
-    Base(String),
-    /// The signal's full URL, used as is (`OTEL_EXPORTER_OTLP_LOGS_ENDPOINT`,
-    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`).
-    Signal(String),
-}
-
-impl Endpoint {
-    /// Where `signal` goes as configured, or `None` when it is not exported: the SDK is
-    /// disabled, the signal's exporter is `none`, or no endpoint (per-signal or base) is set.
-    /// A protocol other than http/protobuf, or an exporter other than `otlp`/`none`, is an error.
-    pub fn for_signal(config: &Config, signal: Signal) -> Result<Option<Self>, ExportError> {
-        let (exporter, exporter_var, signal_url, protocol, protocol_var) = match signal {
-            Signal::Logs => (
-                config.otel_logs_exporter.as_deref(),
-                "OTEL_LOGS_EXPORTER",
-                config.otlp_logs_endpoint.as_deref(),
-                config.otlp_logs_protocol.as_deref(),
-                "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL",
-            ),
-            Signal::Traces => (
-                config.otel_traces_exporter.as_deref(),
-                "OTEL_TRACES_EXPORTER",
-                config.otlp_traces_endpoint.as_deref(),
-                config.otlp_traces_protocol.as_deref(),
-                "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-            ),
-        };
-        if config.otel_sdk_disabled {
-            return Ok(None);
-        }
-        match exporter.map(str::trim).filter(|e| !e.is_empty()) {
-            None | Some("otlp") => {}
-            Some("none") => return Ok(None),
-            Some(other) => {
-                return Err(ExportError::UnsupportedExporter {
-                    variable: exporter_var,
-                    value: other.to_owned(),
-                });
-            }
-        }
-        let (protocol, protocol_var) = match protocol {
-            Some(p) => (Some(p), protocol_var),
-            None => (
-                config.otlp_protocol.as_deref(),
-                "OTEL_EXPORTER_OTLP_PROTOCOL",
-            ),
-        };
-        if let Some(protocol) = protocol.map(str::trim).filter(|p| !p.is_empty())
-            && protocol != "http/protobuf"
-        {
-            return Err(ExportError::Protocol {
-                variable: protocol_var,
-                value: protocol.to_owned(),
-            });
-        }
-        let nonempty = |v: Option<&str>| v.filter(|v| !v.trim().is_empty()).map(str::to_owned);
-        Ok(nonempty(signal_url)
-            .map(Self::Signal)
-            .or_else(|| nonempty(config.otlp_endpoint.as_deref()).map(Self::Base)))
-    }
-
-    /// The URL `signal` is posted to.
-    #[must_use]
-    pub fn url(&self, signal: Signal) -> String {
-        match self {
-            Self::Base(base) => format!("{}{}", base.trim_end_matches('/'), signal.path()),
-            Self::Signal(url) => url.clone(),
-        }
-    }
-}
+pub use troupe_telemetry::otlp::{Endpoint, ExportError, Signal};
 
 /// Exports stored events as OTLP log records.
 #[derive(Debug)]
@@ -166,15 +40,7 @@ impl EventExport {
     /// client must not be created or dropped on a runtime thread).
     pub fn new(endpoint: &Endpoint) -> Result<Self, ExportError> {
         let url = endpoint.url(Signal::Logs);
-        let exporter = LogExporter::builder()
-            .with_http()
-            .with_protocol(Protocol::HttpBinary)
-            .with_endpoint(url.clone())
-            .build()?;
-        let provider = SdkLoggerProvider::builder()
-            .with_resource(resource())
-            .with_batch_exporter(exporter)
-            .build();
+        let provider = endpoint.logger_provider(resource())?;
         let logger = provider.logger("troupe-server");
         Ok(Self {
             provider,
@@ -231,27 +97,11 @@ impl EventExport {
     }
 }
 
-/// The resource every export carries: the `OTEL_*` environment's (`OTEL_SERVICE_NAME`,
-/// `OTEL_RESOURCE_ATTRIBUTES`), with `service.name` = `troupe-server` and `service.version` =
-/// this build's version unless the environment sets them.
+/// The resource every export of the server carries: `service.name` = `troupe-server` and
+/// `service.version` = this build's version unless `OTEL_SERVICE_NAME` or
+/// `OTEL_RESOURCE_ATTRIBUTES` set them.
 pub(crate) fn resource() -> Resource {
-    let mut resource = Resource::builder();
-    let attributes = std::env::var("OTEL_RESOURCE_ATTRIBUTES").unwrap_or_default();
-    let set_by_env = |key: &str| {
-        attributes
-            .split(',')
-            .any(|pair| pair.split_once('=').is_some_and(|(k, _)| k.trim() == key))
-    };
-    if std::env::var_os("OTEL_SERVICE_NAME").is_none() && !set_by_env("service.name") {
-        resource = resource.with_service_name("troupe-server");
-    }
-    if !set_by_env("service.version") {
-        resource = resource.with_attribute(opentelemetry::KeyValue::new(
-            "service.version",
-            env!("CARGO_PKG_VERSION"),
-        ));
-    }
-    resource.build()
+    troupe_telemetry::otlp::resource("troupe-server", env!("CARGO_PKG_VERSION"), Vec::new())
 }
 
 /// A JSON value as an OpenTelemetry value: objects become maps, arrays lists; integers that
@@ -296,91 +146,6 @@ fn severity(body: &EventBody) -> Severity {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn config(adjust: impl FnOnce(&mut Config)) -> Config {
-        let mut config = Config::defaults();
-        adjust(&mut config);
-        config
-    }
-
-    fn url(config: &Config, signal: Signal) -> Option<String> {
-        Endpoint::for_signal(config, signal)
-            .unwrap()
-            .map(|e| e.url(signal))
-    }
-
-    #[test]
-    fn each_signal_uses_its_own_endpoint_as_given_or_the_base_with_its_path() {
-        let base = config(|c| c.otlp_endpoint = Some("http://collector:4318/".into()));
-        assert_eq!(
-            url(&base, Signal::Logs).as_deref(),
-            Some("http://collector:4318/v1/logs")
-        );
-        assert_eq!(
-            url(&base, Signal::Traces).as_deref(),
-            Some("http://collector:4318/v1/traces")
-        );
-        let traces_only = config(|c| c.otlp_traces_endpoint = Some("http://t:1/spans".into()));
-        assert_eq!(
-            url(&traces_only, Signal::Traces).as_deref(),
-            Some("http://t:1/spans")
-        );
-        assert_eq!(url(&traces_only, Signal::Logs), None);
-        let both = config(|c| {
-            c.otlp_endpoint = Some("http://base:4318".into());
-            c.otlp_logs_endpoint = Some("http://logs:1/in".into());
-        });
-        assert_eq!(
-            url(&both, Signal::Logs).as_deref(),
-            Some("http://logs:1/in")
-        );
-        assert_eq!(
-            url(&both, Signal::Traces).as_deref(),
-            Some("http://base:4318/v1/traces")
-        );
-        assert_eq!(
-            url(&config(|_| {}), Signal::Traces),
-            None,
-            "export is opt-in"
-        );
-    }
-
-    #[test]
-    fn a_signal_is_off_when_the_sdk_is_disabled_or_its_exporter_is_none() {
-        let on = |c: &mut Config| c.otlp_endpoint = Some("http://collector:4318".into());
-        let disabled = config(|c| {
-            on(c);
-            c.otel_sdk_disabled = true;
-        });
-        assert_eq!(url(&disabled, Signal::Logs), None);
-        let no_traces = config(|c| {
-            on(c);
-            c.otel_traces_exporter = Some("none".into());
-        });
-        assert_eq!(url(&no_traces, Signal::Traces), None);
-        assert!(url(&no_traces, Signal::Logs).is_some());
-    }
-
-    #[test]
-    fn another_protocol_or_exporter_is_refused_naming_the_variable() {
-        let grpc = config(|c| {
-            c.otlp_endpoint = Some("http://collector:4318".into());
-            c.otlp_traces_protocol = Some("grpc".into());
-        });
-        let error = Endpoint::for_signal(&grpc, Signal::Traces).unwrap_err();
-        assert_eq!(
-            error.to_string(),
-            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=grpc is not supported; use http/protobuf"
-        );
-        assert!(Endpoint::for_signal(&grpc, Signal::Logs).is_ok());
-        let zipkin = config(|c| c.otel_logs_exporter = Some("zipkin".into()));
-        assert_eq!(
-            Endpoint::for_signal(&zipkin, Signal::Logs)
-                .unwrap_err()
-                .to_string(),
-            "OTEL_LOGS_EXPORTER=zipkin is not supported; use otlp or none"
-        );
-    }
 
     #[test]
     fn event_bodies_become_maps_with_lists_and_without_nulls() {

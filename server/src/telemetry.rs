@@ -4,7 +4,6 @@
 //! spans also leave as OpenTelemetry traces (http/protobuf).
 
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_otlp::{Protocol, SpanExporter, WithExportConfig};
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -41,7 +40,7 @@ impl Telemetry {
 
 /// The traces URL as configured, if request tracing is on.
 pub fn traces_url(config: &Config) -> Result<Option<String>, ExportError> {
-    Ok(Endpoint::for_signal(config, Signal::Traces)?.map(|e| e.url(Signal::Traces)))
+    Ok(Endpoint::for_signal(&config.otlp, Signal::Traces)?.map(|e| e.url(Signal::Traces)))
 }
 
 /// Installs the global subscriber (a second call, as in tests, keeps the first). Call it
@@ -58,15 +57,7 @@ pub fn init(config: &Config) -> Result<Telemetry, ExportError> {
     let mut telemetry = Telemetry::default();
     let otel = match traces_url(config)? {
         Some(url) => {
-            let exporter = SpanExporter::builder()
-                .with_http()
-                .with_protocol(Protocol::HttpBinary)
-                .with_endpoint(url)
-                .build()?;
-            let provider = SdkTracerProvider::builder()
-                .with_resource(resource())
-                .with_batch_exporter(exporter)
-                .build();
+            let provider = Endpoint::Signal(url).tracer_provider(resource())?;
             let tracer = provider.tracer("troupe-server");
             telemetry.tracer_provider = Some(provider);
             // `target`, `level`, `busy_ns`, `idle_ns` are not semantic-convention attributes;

@@ -262,7 +262,7 @@ fn a_postgres_restart_under_load_recovers_without_a_server_restart_and_loses_no_
     config.db_max_connections = 4;
     // Requests wait this long for the database before they are answered 503.
     config.db_acquire_timeout_ms = 300;
-    config.otel_sdk_disabled = true;
+    config.otlp.sdk_disabled = true;
     let app = runtime.block_on(App::build(config)).expect("server starts");
     let addr = app.local_addr();
     let shutdown = app.shutdown_trigger();

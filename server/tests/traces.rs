@@ -115,7 +115,7 @@ fn hex(bytes: &[u8]) -> String {
 async fn requests_are_server_spans_by_the_semantic_conventions_continuing_the_callers_trace() {
     let (base, mut received) = receiver("/v1/traces");
     let mut config = Config::defaults();
-    config.otlp_endpoint = Some(base);
+    config.otlp.endpoint = Some(base);
     config.ingest_token = Some("t".into());
     let telemetry = {
         let config = config.clone();

@@ -1,10 +1,15 @@
-//! Ships batches to the control plane over HTTP, retrying with backoff while it is away.
+//! Ships batches to the control plane over HTTP, retrying with backoff while it is away. Each
+//! request is an HTTP client span carrying its W3C `traceparent` (`crate::telemetry`).
 
 use std::time::Duration;
 
 use troupe_protocol::{AgentIdentity, IngestAck, PROTOCOL_VERSION, ReportBatch};
 
+use tracing::Instrument;
+use troupe_telemetry::otlp::trace_headers;
+
 use super::buffer::Pending;
+use crate::telemetry;
 
 /// Why a batch was not accepted.
 #[derive(Debug, thiserror::Error)]
@@ -61,22 +66,47 @@ impl Shipper {
             depth_samples: pending.depth_ticks.clone(),
             dropped: pending.dropped,
         };
-        let response = self
+        let span = telemetry::report_span(&self.url, &self.identity, pending.sequence);
+        let mut request = self
             .client
             .post(&self.url)
             .bearer_auth(&self.token)
-            .json(&batch)
-            .send()
-            .await?;
-        let status = response.status();
-        if status.is_success() {
-            Ok(response.json::<IngestAck>().await?)
-        } else {
-            let body = response.text().await.unwrap_or_default();
-            Err(ShipError::Refused {
-                status: status.as_u16(),
-                body,
-            })
+            .json(&batch);
+        for (name, value) in trace_headers(&span) {
+            request = request.header(name, value);
         }
+        let answer = async {
+            let response = request.send().await?;
+            let status = response.status();
+            telemetry::record_answer(&span, Some(status.as_u16()), None);
+            if status.is_success() {
+                Ok(response.json::<IngestAck>().await?)
+            } else {
+                let body = response.text().await.unwrap_or_default();
+                Err(ShipError::Refused {
+                    status: status.as_u16(),
+                    body,
+                })
+            }
+        }
+        .instrument(span.clone())
+        .await;
+        if let Err(ShipError::Unreachable(error)) = &answer {
+            telemetry::record_answer(&span, None, Some(failure_kind(error)));
+        }
+        answer
+    }
+}
+
+/// The `error.type` of a request that got no usable answer.
+fn failure_kind(error: &reqwest::Error) -> &'static str {
+    if error.is_timeout() {
+        "timeout"
+    } else if error.is_connect() {
+        "connect"
+    } else if error.is_decode() {
+        "decode"
+    } else {
+        "request"
     }
 }

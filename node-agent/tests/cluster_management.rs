@@ -1,0 +1,288 @@
+//! Akka Management's cluster routes on the real `troupe-agent` binary's management listener:
+//! each node answers with its own view (`selfNode`, `leader`, `oldest`, `unreachable` with
+//! `observedBy`, `nodeUid` as a string), finds one member by its full address raw or
+//! percent-encoded, refuses member operations without `--management-token` (403) or without the
+//! bearer token (401), answers an unknown operation 400 and an unknown member 404 as Akka does,
+//! and with the token downs an unreachable member, which then leaves the view.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+const WAIT: Duration = Duration::from_secs(30);
+const SECRET: &str = "management routes secret, long enough";
+const TOKEN: &str = "operations-token";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A running agent, killed if the test fails first.
+struct AgentProcess {
+    child: Child,
+    management: String,
+    address: String,
+}
+
+impl AgentProcess {
+    fn start(port: u16, seed: u16, token: Option<&str>) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_troupe-agent"));
+        command
+            .args(["--system", "mgmt", "--secret", SECRET])
+            .args(["--bind", &format!("127.0.0.1:{port}")])
+            .args(["--seed", &format!("troupe://mgmt@127.0.0.1:{seed}")])
+            .args(["--management-bind", "127.0.0.1:0", "--events-json"])
+            // Only the operator downs here: no automatic downing during the test.
+            .args(["--down-after-ms", "600000"])
+            .env_remove("TROUPE_CONTROL_PLANE_URL")
+            .env_remove("TROUPE_MANAGEMENT_TOKEN")
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        if let Some(token) = token {
+            command.args(["--management-token", token]);
+        }
+        let mut child = command.spawn().expect("start troupe-agent");
+        let mut first = String::new();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        stdout.read_line(&mut first).unwrap();
+        std::thread::spawn(move || for _ in stdout.lines() {});
+        let line: Value = serde_json::from_str(&first).unwrap();
+        assert_eq!(line["event"], "AgentStarted", "{first}");
+        Self {
+            child,
+            management: line["management"].as_str().unwrap().to_owned(),
+            address: format!("troupe://mgmt@127.0.0.1:{port}"),
+        }
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn call(
+    client: &reqwest::Client,
+    method: reqwest::Method,
+    url: String,
+    token: Option<&str>,
+    form: Option<&str>,
+) -> (u16, Value) {
+    let mut request = client.request(method, url);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    if let Some(form) = form {
+        request = request
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(form.to_owned());
+    }
+    let response = request.send().await.expect("management listener answers");
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+async fn get(client: &reqwest::Client, url: String) -> (u16, Value) {
+    call(client, reqwest::Method::GET, url, None, None).await
+}
+
+/// `GET /cluster/members` until `want` holds; the last answer on timeout.
+async fn members_until(
+    client: &reqwest::Client,
+    agent: &AgentProcess,
+    what: &str,
+    want: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (status, body) = get(client, format!("{}/cluster/members", agent.management)).await;
+        assert_eq!(status, 200, "{body}");
+        if want(&body) {
+            return body;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never: {what}; last answer: {body:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'.' | b'-' | b'_' => (b as char).to_string(),
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_agent_serves_its_own_view_in_akkas_shapes_and_downs_only_with_its_token() {
+    let client = reqwest::Client::new();
+    let (first_port, second_port) = (free_port(), free_port());
+    let first = AgentProcess::start(first_port, first_port, None);
+    let second = AgentProcess::start(second_port, first_port, Some(TOKEN));
+    let both_up = |body: &Value| {
+        body["members"].as_array().is_some_and(|members| {
+            members.len() == 2 && members.iter().all(|m| m["status"] == "Up")
+        })
+    };
+    let view = members_until(&client, &first, "both members up", both_up).await;
+    let oldest = first.address.clone().min(second.address.clone());
+    assert_eq!(view["selfNode"], first.address.as_str());
+    assert_eq!(view["leader"], oldest.as_str());
+    assert_eq!(
+        view["oldest"],
+        oldest.as_str(),
+        "the first address-sorted up member"
+    );
+    assert_eq!(view["unreachable"], serde_json::json!([]));
+    assert!(view["oldestPerRole"].is_object(), "{view}");
+    for member in view["members"].as_array().unwrap() {
+        let uid = member["nodeUid"].as_str().expect("nodeUid is a string");
+        assert!(uid.parse::<u64>().is_ok(), "{member}");
+        assert!(member["roles"].is_array(), "{member}");
+    }
+    // Each node's own view: the second says it is itself.
+    let other = members_until(&client, &second, "both members up", both_up).await;
+    assert_eq!(other["selfNode"], second.address.as_str());
+
+    // One member, by its full address raw or percent-encoded, or host:port.
+    for written in [
+        second.address.clone(),
+        percent_encode(&second.address),
+        format!("127.0.0.1:{second_port}"),
+    ] {
+        let (status, member) = get(
+            &client,
+            format!("{}/cluster/members/{written}", first.management),
+        )
+        .await;
+        assert_eq!(status, 200, "{written}: {member}");
+        assert_eq!(member["node"], second.address.as_str(), "{written}");
+        assert_eq!(member["status"], "Up");
+    }
+    let (status, missing) = get(
+        &client,
+        format!(
+            "{}/cluster/members/troupe://mgmt@127.0.0.1:1",
+            first.management
+        ),
+    )
+    .await;
+    assert_eq!(status, 404);
+    assert_eq!(
+        missing["message"],
+        "Member [troupe://mgmt@127.0.0.1:1] not found"
+    );
+
+    // Mutations: off without a token (403), refused without the right bearer token (401).
+    let target = |agent: &AgentProcess, member: &str| {
+        format!(
+            "{}/cluster/members/{}",
+            agent.management,
+            percent_encode(member)
+        )
+    };
+    let (status, refused) = call(
+        &client,
+        reqwest::Method::PUT,
+        target(&first, &second.address),
+        Some(TOKEN),
+        Some("operation=Down"),
+    )
+    .await;
+    assert_eq!(status, 403, "{refused}");
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("--management-token")
+    );
+    for (token, method) in [
+        (None, reqwest::Method::PUT),
+        (Some("wrong"), reqwest::Method::PUT),
+        (None, reqwest::Method::DELETE),
+    ] {
+        let (status, body) = call(
+            &client,
+            method,
+            target(&second, &first.address),
+            token,
+            Some("operation=Down"),
+        )
+        .await;
+        assert_eq!(status, 401, "{body}");
+    }
+    let (status, body) = call(
+        &client,
+        reqwest::Method::PUT,
+        target(&second, &first.address),
+        Some(TOKEN),
+        Some("operation=Explode"),
+    )
+    .await;
+    assert_eq!(
+        (status, &body["message"]),
+        (400, &Value::from("Operation not supported"))
+    );
+    let (status, _) = call(
+        &client,
+        reqwest::Method::PATCH,
+        format!("{}/cluster/members", second.management),
+        Some(TOKEN),
+        None,
+    )
+    .await;
+    assert_eq!(status, 405);
+
+    // The first node dies: the second finds it unreachable, observed by itself, and downs it
+    // when told to; it then leaves the second's view.
+    drop(first);
+    let first_address = format!("troupe://mgmt@127.0.0.1:{first_port}");
+    let view = members_until(&client, &second, "the dead node unreachable", |body| {
+        body["unreachable"]
+            .as_array()
+            .is_some_and(|u| u.iter().any(|m| m["node"] == first_address.as_str()))
+    })
+    .await;
+    let entry = view["unreachable"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["node"] == first_address.as_str())
+        .unwrap();
+    assert_eq!(
+        entry["observedBy"],
+        serde_json::json!([second.address.as_str()]),
+        "{view:#}"
+    );
+    let (status, body) = call(
+        &client,
+        reqwest::Method::PUT,
+        format!("{}/cluster/members/{first_address}", second.management),
+        Some(TOKEN),
+        Some("operation=down"),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["message"], format!("Downing {first_address}"));
+    members_until(&client, &second, "the downed node gone", |body| {
+        body["members"].as_array().is_some_and(|members| {
+            members.len() == 1 && members[0]["node"] == second.address.as_str()
+        })
+    })
+    .await;
+    drop(second);
+}
