@@ -170,6 +170,8 @@ pub struct AgentConfig {
     pub kube_lease_prefix: Option<String>,
     /// Kubernetes: the label (`key=value`) every member Lease carries and discovery selects on
     /// [default: `troupe.dev/cluster=<system>`].
+    // clap prints this comment as --help, where `[default: …]` is its notation, not a link.
+    #[allow(rustdoc::broken_intra_doc_links)]
     #[arg(long, env = "TROUPE_KUBE_LEASE_LABEL")]
     pub kube_lease_label: Option<String>,
     /// Kubernetes: the API server's URL (e.g. `http://127.0.0.1:8001` for `kubectl proxy`);
@@ -180,6 +182,8 @@ pub struct AgentConfig {
     #[arg(long, env = "TROUPE_ETCD_ENDPOINTS", value_delimiter = ',')]
     pub etcd_endpoints: Vec<String>,
     /// etcd: the key prefix of this cluster, ending in `/` [default: `/troupe/<system>/`].
+    // As above: clap's `[default: …]` notation in --help.
+    #[allow(rustdoc::broken_intra_doc_links)]
     #[arg(long, env = "TROUPE_ETCD_PREFIX")]
     pub etcd_prefix: Option<String>,
     /// Kubernetes and etcd membership: a member whose lease goes unrenewed this many

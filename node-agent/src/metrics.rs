@@ -637,6 +637,7 @@ pub struct AgentMetrics {
     dropped: Family<KindLabels, Counter>,
     batches_shipped: Counter,
     batches_failed: Counter,
+    batches_refused: Counter,
     events_buffered: Counter,
     leader_changes: Counter,
     singletons: SingletonMetrics,
@@ -733,6 +734,12 @@ impl AgentMetrics {
             "Report attempts that failed (each is retried with the same sequence)",
             batches_failed.clone(),
         );
+        let batches_refused = Counter::default();
+        registry.register(
+            "troupe_agent_reporter_batches_refused",
+            "Report batches the control plane refused as bad input (400, 413, 422): dropped, their items counted in troupe_agent_reporter_dropped",
+            batches_refused.clone(),
+        );
         let events_buffered = Counter::default();
         registry.register(
             "troupe_agent_reporter_events",
@@ -783,6 +790,7 @@ impl AgentMetrics {
             dropped,
             batches_shipped,
             batches_failed,
+            batches_refused,
             events_buffered,
             leader_changes,
             singletons,
@@ -933,6 +941,7 @@ impl AgentMetrics {
         let load = |v: &std::sync::atomic::AtomicU64| v.load(std::sync::atomic::Ordering::Relaxed);
         catch_up(&self.batches_shipped, load(&stats.batches_acknowledged));
         catch_up(&self.batches_failed, load(&stats.failed_attempts));
+        catch_up(&self.batches_refused, load(&stats.batches_refused));
         catch_up(&self.events_buffered, load(&stats.events_buffered));
         let occupancy = reporter.occupancy();
         for (kind, items) in BUFFER_KINDS

@@ -20,6 +20,13 @@
 //! Batches are retried with exponential backoff (250 ms doubling to 10 s) and the same
 //! sequence number; meanwhile the buffer fills, and when full drops depth samples before
 //! state-changing events, counting every drop by kind (see `buffer.rs`).
+//!
+//! # When the server refuses a batch
+//! A batch refused as bad input (400, 413, 422: a field over its limit, a body too large) would
+//! be refused again unchanged, and retrying it would stop all reporting behind it. It is
+//! dropped instead: logged at WARN with the server's reason, counted on `/metrics`
+//! (`troupe_agent_reporter_batches_refused_total`), its items counted as dropped by kind in
+//! the next batch, and reporting goes on with the next sequence.
 
 pub mod buffer;
 pub mod convert;
@@ -74,6 +81,8 @@ pub struct ReporterStats {
     pub batches_acknowledged: AtomicU64,
     /// Attempts that failed (and will be retried).
     pub failed_attempts: AtomicU64,
+    /// Batches the server refused as bad input (dropped, not retried).
+    pub batches_refused: AtomicU64,
     /// Events handed to the buffer.
     pub events_buffered: AtomicU64,
 }
@@ -170,6 +179,23 @@ impl ReporterHandle {
             let _ = rx.await;
         }
     }
+}
+
+/// Drop a batch the server refused as bad input, counting it.
+fn refused(
+    buffer: &Mutex<ReportBuffer>,
+    stats: &ReporterStats,
+    sequence: u64,
+    error: &shipper::ShipError,
+) {
+    let items = buffer.lock().refused(sequence);
+    stats.batches_refused.fetch_add(1, Ordering::Relaxed);
+    tracing::warn!(
+        sequence,
+        items,
+        %error,
+        "the control plane refused a report batch as bad input; dropped it (its items are counted as dropped) and reporting goes on"
+    );
 }
 
 /// Carry out a member operation an operator queued on the control plane.
@@ -291,6 +317,9 @@ pub fn start(
                                         );
                                     }
                                 }
+                                Err(error) if error.is_bad_input() => {
+                                    refused(&buffer, &stats, batch.sequence, &error);
+                                }
                                 Err(error) => {
                                     stats.failed_attempts.fetch_add(1, Ordering::Relaxed);
                                     tracing::debug!(%error, "last report batch not accepted; retrying");
@@ -359,6 +388,11 @@ pub fn start(
                                 carry_out(&cluster, operation);
                             }
                             stats.batches_acknowledged.fetch_add(1, Ordering::Relaxed);
+                            backoff = Duration::ZERO;
+                        }
+                        Err(error) if error.is_bad_input() => {
+                            last_shipped = tokio::time::Instant::now();
+                            refused(&buffer, &stats, batch.sequence, &error);
                             backoff = Duration::ZERO;
                         }
                         Err(error) => {

@@ -17,12 +17,17 @@
 //! Optional fields and lists default when absent, so an older agent's report still parses;
 //! an unknown event `kind` is an error (the server answers 400 naming it) rather than data
 //! silently lost.
+//!
+//! # Limits
+//! Every string field has a maximum length ([`limits`]): identifiers over it are refused, free
+//! text is shortened and marked.
 
 mod dead_letter;
 mod directory;
 mod event;
 mod health;
 mod identity;
+pub mod limits;
 mod membership;
 mod report;
 mod router;

@@ -4,6 +4,11 @@
 //! Each variant maps to one status; a store error is 503 (with `Retry-After: 1`) when the
 //! database is away for now ([`StoreError::is_unavailable`]) and 500 otherwise. A 401 carries
 //! `WWW-Authenticate: Bearer`.
+//!
+//! # What a response never says
+//! A 5xx body is a fixed sentence per variant: the database's or backend's own error text
+//! (SQL, constraint names, index row sizes, connection strings) goes to the log at ERROR,
+//! never to the client.
 
 use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderValue};
@@ -53,6 +58,26 @@ pub enum ApiError {
     Store(#[from] StoreError),
 }
 
+impl ApiError {
+    /// What a response says instead of the error's own text, for failures whose text comes
+    /// from a database or a backend (SQL, constraint and connection details stay in the log).
+    fn public_message(&self) -> Option<&'static str> {
+        match self {
+            Self::Store(error) if error.is_unavailable() => {
+                Some("the store is unavailable; retry later")
+            }
+            Self::Store(_) => {
+                Some("internal error: the store failed; the server log has the detail")
+            }
+            Self::Unavailable(_) => Some("a coordination backend is unavailable; retry later"),
+            Self::BadGateway(_) => {
+                Some("a coordination backend answered with an error; the server log has the detail")
+            }
+            _ => None,
+        }
+    }
+}
+
 /// The error body.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorBody {
@@ -81,14 +106,13 @@ impl ResponseError for ApiError {
 
     fn error_response(&self) -> HttpResponse {
         let status = self.status_code();
-        if status.is_server_error() {
-            tracing::error!(error = %self, "request failed");
-        }
-        let error = if status == StatusCode::SERVICE_UNAVAILABLE {
-            format!("the store is unavailable; retry later ({self})")
-        } else {
-            self.to_string()
+        let error = match self.public_message() {
+            Some(message) => message.to_owned(),
+            None => self.to_string(),
         };
+        if status.is_server_error() {
+            tracing::error!(error = %self, status = status.as_u16(), "request failed");
+        }
         let mut response = HttpResponse::build(status).json(ErrorBody {
             error,
             status: status.as_u16(),

@@ -11,7 +11,7 @@
 //! event sent, which a reconnecting `EventSource` sends back as `Last-Event-ID`.
 //!
 //! # When it reads
-//! On a wake-up from the [`LiveHub`] (a batch of that cluster was stored by this replica) and
+//! On a wake-up from the [`LiveHub`](crate::live::LiveHub) (a batch of that cluster was stored by this replica) and
 //! every [`POLL`] (what other replicas stored), a page of at most [`PAGE`] rows per table and
 //! cluster at a time. A cluster that first reports after the feed opened starts at its
 //! beginning.

@@ -34,6 +34,15 @@ impl Server {
     /// # Panics
     /// When it does not answer within a minute.
     pub async fn start() -> Self {
+        Self::start_with(&[]).await
+    }
+
+    /// Start the server with `extra` arguments after the usual ones, and wait until its API
+    /// answers.
+    ///
+    /// # Panics
+    /// When it does not answer within a minute.
+    pub async fn start_with(extra: &[&str]) -> Self {
         let port = free_port();
         let dir = std::env::temp_dir().join(format!("troupe-e2e-cp-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("server directory");
@@ -51,6 +60,7 @@ impl Server {
             "--enable-member-operations",
         ]
         .iter()
+        .chain(extra)
         .map(|s| (*s).to_owned())
         .collect();
         let mut process = Process::start(&binary("troupe-server"), &args);

@@ -5,7 +5,13 @@
 //! Events that change state (membership, singleton, router, dead letters, health) are kept in
 //! preference to depth samples: when the event queue is full, the oldest depth samples go
 //! first; only when no samples are left does the oldest event go. Every dropped item is counted
-//! by kind, and the counts travel with the next batch the server acknowledges.
+//! by kind. Every batch carries the running totals since the buffer was made (the protocol's
+//! `dropped`), so a lost or refused batch loses no count: the next one carries it too.
+//!
+//! # Refused batches
+//! A batch the server refuses as bad input (400, 413, 422) would be refused again unchanged, so
+//! [`ReportBuffer::refused`] drops it: its events and samples are counted as dropped by kind
+//! and the next batch (a new sequence) carries the counts.
 //!
 //! # Retries
 //! A batch, once cut, keeps its sequence number and contents until the server acknowledges it,
@@ -54,11 +60,16 @@ pub struct ReportBuffer {
     depth_ticks: VecDeque<DepthTick>,
     /// Depth samples across the queued ticks.
     samples: usize,
+    /// Every drop since the buffer was made (running totals, as batches carry them).
     dropped: DroppedCounts,
+    /// Whether something was dropped since the last batch was cut.
+    drops_unsent: bool,
     in_flight: Option<Pending>,
     next_sequence: u64,
-    /// Drops the server has acknowledged hearing about (for cumulative metrics).
+    /// The totals the last acknowledged batch carried.
     reported_drops: DroppedCounts,
+    /// Batches the server refused as bad input.
+    refused_batches: u64,
 }
 
 fn count_drop(dropped: &mut DroppedCounts, category: EventCategory) {
@@ -71,13 +82,15 @@ fn count_drop(dropped: &mut DroppedCounts, category: EventCategory) {
     }
 }
 
-fn add_drops(total: &mut DroppedCounts, d: DroppedCounts) {
-    total.membership += d.membership;
-    total.singleton += d.singleton;
-    total.router += d.router;
-    total.dead_letters += d.dead_letters;
-    total.health += d.health;
-    total.depth_samples += d.depth_samples;
+fn drops_since(total: DroppedCounts, before: DroppedCounts) -> DroppedCounts {
+    DroppedCounts {
+        membership: total.membership - before.membership,
+        singleton: total.singleton - before.singleton,
+        router: total.router - before.router,
+        dead_letters: total.dead_letters - before.dead_letters,
+        health: total.health - before.health,
+        depth_samples: total.depth_samples - before.depth_samples,
+    }
 }
 
 impl ReportBuffer {
@@ -90,9 +103,11 @@ impl ReportBuffer {
             depth_ticks: VecDeque::new(),
             samples: 0,
             dropped: DroppedCounts::default(),
+            drops_unsent: false,
             in_flight: None,
             next_sequence: 1,
             reported_drops: DroppedCounts::default(),
+            refused_batches: 0,
         }
     }
 
@@ -101,6 +116,7 @@ impl ReportBuffer {
             Some(tick) => {
                 self.samples -= tick.samples.len();
                 self.dropped.depth_samples += tick.samples.len() as u64;
+                self.drops_unsent = true;
                 true
             }
             None => false,
@@ -113,7 +129,10 @@ impl ReportBuffer {
         while self.events.len() + self.samples >= self.limits.items {
             if !self.drop_oldest_tick() {
                 match self.events.pop_front() {
-                    Some(oldest) => count_drop(&mut self.dropped, oldest.body.kind().category()),
+                    Some(oldest) => {
+                        count_drop(&mut self.dropped, oldest.body.kind().category());
+                        self.drops_unsent = true;
+                    }
                     None => break,
                 }
             }
@@ -127,6 +146,7 @@ impl ReportBuffer {
         while self.events.len() + self.samples + tick.samples.len() > self.limits.items {
             if !self.drop_oldest_tick() {
                 self.dropped.depth_samples += tick.samples.len() as u64;
+                self.drops_unsent = true;
                 return;
             }
         }
@@ -149,7 +169,7 @@ impl ReportBuffer {
     fn cut(&mut self, force: bool) -> Option<&Pending> {
         if self.in_flight.is_none() {
             let nothing =
-                self.events.is_empty() && self.depth_ticks.is_empty() && self.dropped.total() == 0;
+                self.events.is_empty() && self.depth_ticks.is_empty() && !self.drops_unsent;
             if nothing && !force {
                 return None;
             }
@@ -161,8 +181,9 @@ impl ReportBuffer {
                     self.samples = 0;
                     self.depth_ticks.drain(..).collect()
                 },
-                dropped: std::mem::take(&mut self.dropped),
+                dropped: self.dropped,
             };
+            self.drops_unsent = false;
             self.next_sequence += 1;
             self.in_flight = Some(pending);
         }
@@ -177,8 +198,37 @@ impl ReportBuffer {
             .is_some_and(|p| p.sequence == sequence)
             && let Some(pending) = self.in_flight.take()
         {
-            add_drops(&mut self.reported_drops, pending.dropped);
+            self.reported_drops = pending.dropped;
         }
+    }
+
+    /// The server refused batch `sequence` as bad input: drop it, counting its events and
+    /// samples as dropped (the next batch reports them). Returns how many items it held.
+    pub fn refused(&mut self, sequence: u64) -> u64 {
+        let Some(pending) = self
+            .in_flight
+            .take_if(|pending| pending.sequence == sequence)
+        else {
+            return 0;
+        };
+        for event in &pending.events {
+            count_drop(&mut self.dropped, event.body.kind().category());
+        }
+        let samples: u64 = pending
+            .depth_ticks
+            .iter()
+            .map(|t| t.samples.len() as u64)
+            .sum();
+        self.dropped.depth_samples += samples;
+        self.drops_unsent = true;
+        self.refused_batches += 1;
+        pending.events.len() as u64 + samples
+    }
+
+    /// Batches the server refused as bad input, since the buffer was made.
+    #[must_use]
+    pub fn refused_batches(&self) -> u64 {
+        self.refused_batches
     }
 
     /// Events and ticks queued (not counting the batch in flight).
@@ -199,22 +249,16 @@ impl ReportBuffer {
         self.limits
     }
 
-    /// Drops not yet reported.
+    /// Drops no acknowledged batch has reported yet.
     #[must_use]
     pub fn unreported_drops(&self) -> DroppedCounts {
-        let mut total = self.dropped;
-        if let Some(pending) = &self.in_flight {
-            add_drops(&mut total, pending.dropped);
-        }
-        total
+        drops_since(self.dropped, self.reported_drops)
     }
 
     /// Every drop since the buffer was made, reported or not.
     #[must_use]
     pub fn total_drops(&self) -> DroppedCounts {
-        let mut total = self.unreported_drops();
-        add_drops(&mut total, self.reported_drops);
-        total
+        self.dropped
     }
 }
 
@@ -307,7 +351,7 @@ mod tests {
         buffer.push_depth_tick(tick(1, 1));
         let batch = buffer.next_batch().cloned().unwrap();
         assert_eq!(batch.events.len(), 4);
-        assert_eq!(batch.dropped.depth_samples, 1);
+        assert_eq!(batch.dropped.depth_samples, 3 + 1, "running totals");
     }
 
     #[test]
@@ -325,15 +369,53 @@ mod tests {
     }
 
     #[test]
-    fn drop_counts_travel_with_the_next_acknowledged_batch_only_once() {
+    fn every_batch_carries_the_running_drop_totals() {
         let mut buffer = ReportBuffer::new(limits(2));
         buffer.push_depth_tick(tick(0, 2));
         buffer.push_depth_tick(tick(1, 2));
         let batch = buffer.next_batch().cloned().unwrap();
         assert_eq!(batch.dropped.depth_samples, 2);
         buffer.acknowledged(batch.sequence);
+        assert_eq!(buffer.unreported_drops().total(), 0);
         buffer.push_event(leader(5));
-        assert_eq!(buffer.next_batch().unwrap().dropped.total(), 0);
+        let batch = buffer.next_batch().cloned().unwrap();
+        assert_eq!(batch.dropped.depth_samples, 2, "totals, not deltas");
+        buffer.acknowledged(batch.sequence);
+        buffer.push_depth_tick(tick(2, 1));
+        buffer.push_depth_tick(tick(3, 2));
+        assert_eq!(buffer.next_batch().unwrap().dropped.depth_samples, 3);
+    }
+
+    #[test]
+    fn a_refused_batch_is_dropped_counted_by_kind_and_reported_by_the_next_batch() {
+        let mut buffer = ReportBuffer::new(limits(10));
+        buffer.push_event(dead_letter(1));
+        buffer.push_event(leader(2));
+        buffer.push_depth_tick(tick(3, 2));
+        let refused = buffer.next_batch().cloned().unwrap();
+        assert_eq!(
+            buffer.refused(refused.sequence + 1),
+            0,
+            "not the batch in flight"
+        );
+        assert_eq!(buffer.refused(refused.sequence), 4);
+        assert_eq!(buffer.refused_batches(), 1);
+        // Reporting goes on: the next batch is new, empty of the refused items, and says so.
+        let next = buffer.next_batch().cloned().unwrap();
+        assert_eq!(next.sequence, refused.sequence + 1);
+        assert!(next.events.is_empty() && next.depth_ticks.is_empty());
+        assert_eq!(
+            (
+                next.dropped.dead_letters,
+                next.dropped.membership,
+                next.dropped.depth_samples
+            ),
+            (1, 1, 2)
+        );
+        buffer.acknowledged(next.sequence);
+        assert_eq!(buffer.unreported_drops().total(), 0);
+        assert_eq!(buffer.total_drops().total(), 4);
+        assert!(buffer.next_batch().is_none(), "nothing more to say");
     }
 
     proptest! {
@@ -345,6 +427,7 @@ mod tests {
             let mut buffer = ReportBuffer::new(BufferLimits { items, batch_events: 7 });
             let (mut events_in, mut samples_in) = (0u64, 0u64);
             let (mut events_out, mut samples_out, mut dropped) = (0u64, 0u64, 0u64);
+            let mut refused = 0u64;
             for (i, op) in ops.into_iter().enumerate() {
                 match op {
                     0 => { buffer.push_event(dead_letter(i as u64)); events_in += 1; }
@@ -353,8 +436,13 @@ mod tests {
                         if let Some(batch) = buffer.next_batch().cloned() {
                             events_out += batch.events.len() as u64;
                             samples_out += batch.depth_ticks.iter().map(|t| t.samples.len() as u64).sum::<u64>();
-                            dropped += batch.dropped.total();
+                            dropped = batch.dropped.total();
                             buffer.acknowledged(batch.sequence);
+                        }
+                    }
+                    3 if i % 5 == 0 => {
+                        if let Some(batch) = buffer.next_batch().cloned() {
+                            refused += buffer.refused(batch.sequence);
                         }
                     }
                     _ => { let _ = buffer.next_batch(); }
@@ -363,9 +451,11 @@ mod tests {
             while let Some(batch) = buffer.next_batch().cloned() {
                 events_out += batch.events.len() as u64;
                 samples_out += batch.depth_ticks.iter().map(|t| t.samples.len() as u64).sum::<u64>();
-                dropped += batch.dropped.total();
+                dropped = batch.dropped.total();
                 buffer.acknowledged(batch.sequence);
             }
+            // The last acknowledged totals count everything dropped, refused batches included.
+            prop_assert!(refused <= dropped);
             prop_assert_eq!(events_in + samples_in, events_out + samples_out + dropped);
             // The cumulative count (for /metrics) is every drop, reported or not.
             prop_assert_eq!(buffer.total_drops().total(), dropped);

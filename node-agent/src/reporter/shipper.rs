@@ -27,6 +27,21 @@ pub enum ShipError {
     },
 }
 
+impl ShipError {
+    /// Whether the server refused the batch as bad input (400, 413, 422): sending it again
+    /// unchanged would be refused again.
+    #[must_use]
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            Self::Refused {
+                status: 400 | 413 | 422,
+                ..
+            }
+        )
+    }
+}
+
 /// An HTTP client for the ingest endpoint.
 #[derive(Debug, Clone)]
 pub struct Shipper {

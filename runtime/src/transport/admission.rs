@@ -15,7 +15,7 @@
 //!   the general pool when that is full. A known source is never refused: when both pools are
 //!   full, the oldest pending connection of the reserved pool is evicted to make room.
 //! - **Everyone else** shares the general pool of [`AdmissionSettings::general_slots`]. One
-//!   source may hold at most [`AdmissionSettings::per_source_slots`] of it; more from that
+//!   source may hold at most [`per_source_slots`](AdmissionSettings::with_per_source_slots) of it; more from that
 //!   source are refused at once. When the pool is full a newcomer is still admitted: the
 //!   pending connection that has made the least progress is evicted (one that has not sent a
 //!   valid first message before one that has; the oldest first among equals). A flood at rate
@@ -25,8 +25,8 @@
 //!
 //! # Bounds
 //! Pending connections never exceed `reserved_slots + general_slots`; the set of known sources
-//! never exceeds [`AdmissionSettings::max_known_sources`] (the least recently proven is
-//! forgotten first) and an entry is forgotten [`AdmissionSettings::known_for`] after its last
+//! never exceeds [`max_known_sources`](AdmissionSettings::with_max_known_sources) (the least recently proven is
+//! forgotten first) and an entry is forgotten [`known_for`](AdmissionSettings::with_known_for) after its last
 //! proof. Refusing costs no task and no buffer: the shell closes the socket with a reset.
 //!
 //! # Shape

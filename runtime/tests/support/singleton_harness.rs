@@ -289,21 +289,37 @@ pub(crate) fn assert_unique(oracle: &Oracle, seed: u64) {
 
 /// Captures warn-level (and more severe) log lines on the current thread while alive; the
 /// paused-clock tests run every actor on that thread.
+///
+/// # Why one process-wide subscriber
+/// A thread-local subscriber (`tracing::subscriber::set_default`) misses events when tests
+/// share a process (`cargo test` runs them on threads): tracing caches each call site's
+/// interest process-wide, and a call site first reached on another test's thread, with no
+/// subscriber there, can be cached as uninteresting. So one subscriber is installed for the
+/// whole process, once, and routes each line to the capture of the thread that logged it; a
+/// thread without a capture is ignored. Under nextest (a process per test) it behaves the same.
 pub(crate) struct WarnCapture {
     lines: Arc<Mutex<Vec<String>>>,
-    _guard: tracing::subscriber::DefaultGuard,
+}
+
+type Captures = Mutex<std::collections::HashMap<std::thread::ThreadId, Arc<Mutex<Vec<String>>>>>;
+
+fn captures() -> &'static Captures {
+    static CAPTURES: std::sync::OnceLock<Captures> = std::sync::OnceLock::new();
+    CAPTURES.get_or_init(Default::default)
 }
 
 impl WarnCapture {
     pub(crate) fn start() -> Self {
+        static INSTALL: std::sync::Once = std::sync::Once::new();
+        INSTALL.call_once(|| {
+            tracing::subscriber::set_global_default(CaptureSubscriber)
+                .expect("no other global subscriber in the singleton tests");
+        });
         let lines = Arc::new(Mutex::new(Vec::new()));
-        let subscriber = CaptureSubscriber {
-            lines: Arc::clone(&lines),
-        };
-        Self {
-            lines,
-            _guard: tracing::subscriber::set_default(subscriber),
-        }
+        captures()
+            .lock()
+            .insert(std::thread::current().id(), Arc::clone(&lines));
+        Self { lines }
     }
 
     pub(crate) fn lines(&self) -> Vec<String> {
@@ -311,9 +327,13 @@ impl WarnCapture {
     }
 }
 
-struct CaptureSubscriber {
-    lines: Arc<Mutex<Vec<String>>>,
+impl Drop for WarnCapture {
+    fn drop(&mut self) {
+        captures().lock().remove(&std::thread::current().id());
+    }
 }
+
+struct CaptureSubscriber;
 
 struct Fields(String);
 
@@ -338,9 +358,12 @@ impl tracing::Subscriber for CaptureSubscriber {
     fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
 
     fn event(&self, event: &tracing::Event<'_>) {
+        let Some(lines) = captures().lock().get(&std::thread::current().id()).cloned() else {
+            return;
+        };
         let mut fields = Fields(format!("{}", event.metadata().level()));
         event.record(&mut fields);
-        self.lines.lock().push(fields.0);
+        lines.lock().push(fields.0);
     }
 
     fn enter(&self, _: &tracing::span::Id) {}

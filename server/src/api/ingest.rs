@@ -3,7 +3,10 @@
 //! # Refusals
 //! The token is checked before the body is read (401). A body over the limit is refused as
 //! soon as its declared or read length passes it (413). A body that is not a valid
-//! [`ReportBatch`] gets 400 naming what was wrong. None of these write anything.
+//! [`ReportBatch`] gets 400 naming what was wrong, and so does an identifier longer than its
+//! limit (naming its JSON path, its length and the limit); over-long free text (message types,
+//! reasons) is shortened and marked instead (see [`troupe_protocol::limits`]). None of the
+//! refusals write anything.
 //!
 //! # Acknowledgment
 //! 200 means the batch is committed (or was before: `duplicate: true`). Agents retry anything
@@ -165,7 +168,7 @@ pub(crate) fn parse(body: &[u8]) -> Result<ReportBatch, ApiError> {
             "empty body; expected a JSON report batch".to_owned(),
         ));
     }
-    let batch: ReportBatch = serde_json::from_slice(body)
+    let mut batch: ReportBatch = serde_json::from_slice(body)
         .map_err(|e| ApiError::BadRequest(format!("malformed report batch: {e}")))?;
     if batch.version != PROTOCOL_VERSION {
         return Err(ApiError::BadRequest(format!(
@@ -191,6 +194,16 @@ pub(crate) fn parse(body: &[u8]) -> Result<ReportBatch, ApiError> {
         return Err(ApiError::BadRequest(
             "strings must not contain NUL (\\u0000)".to_owned(),
         ));
+    }
+    let truncated = troupe_protocol::limits::enforce(&mut batch)
+        .map_err(|too_long| ApiError::BadRequest(format!("field too long: {too_long}")))?;
+    if truncated > 0 {
+        tracing::debug!(
+            cluster = %batch.identity.cluster,
+            node = %batch.identity.node,
+            truncated,
+            "free-text fields over their limit were shortened"
+        );
     }
     Ok(batch)
 }

@@ -67,6 +67,15 @@ pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
     }
     match tokio::time::timeout(READINESS_TIMEOUT, state.store.check_ready()).await {
         Ok(Ok(())) => answer(true, "ready", None),
+        Ok(Err(crate::store::NotReady::Unreachable(error))) => {
+            // The driver's text (host names, SQLSTATEs) is for the log, not for the client.
+            tracing::warn!(%error, "readiness: the database does not answer");
+            answer(
+                false,
+                "not-ready",
+                Some("the database does not answer (the server log has the detail)".to_owned()),
+            )
+        }
         Ok(Err(not_ready)) => answer(false, "not-ready", Some(not_ready.to_string())),
         Err(_) => answer(
             false,
