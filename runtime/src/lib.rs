@@ -49,10 +49,8 @@ pub mod cluster_router;
 mod context;
 mod dead_letter;
 mod death_watch;
-pub mod directory;
 mod event_stream;
 mod extension;
-pub mod lease;
 mod mailbox;
 mod outbound;
 mod path;
@@ -69,6 +67,12 @@ mod task;
 pub mod testkit;
 #[cfg(feature = "remote")]
 pub mod transport;
+
+/// The actor directory (which host owns an actor id) — the `troupe-lease` crate's
+/// `directory` module.
+pub use troupe_lease::directory;
+/// Leases (at most one holder cluster-wide) — the `troupe-lease` crate's `lease` module.
+pub use troupe_lease::lease;
 
 pub use actor::{Actor, ActorError, Failure};
 pub use actor_ref::{ActorRef, AnyActorRef, SendError};

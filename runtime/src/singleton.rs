@@ -1,6 +1,6 @@
 //! Cluster singletons: exactly one instance of an actor in the cluster, on the first
 //! address-sorted up member (with a role: the first up member carrying it), moved with a
-//! hand-over when membership changes, optionally guarded by a [`Lease`].
+//! hand-over when membership changes, optionally guarded by a [`Lease`](crate::lease::Lease).
 //!
 //! ```no_run
 //! use troupe::singleton::{ClusterSingleton, SingletonKey, StartSingletonOptions};
@@ -53,10 +53,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
-pub use crate::lease::{
-    FencingToken, InMemoryLease, InMemoryLeaseArbiter, Lease, LeaseError, LeaseFuture, LeaseLost,
-    LeaseLostCallback, LeaseOp, LeaseRecord,
-};
 pub use event::{DeadLetterCause, SingletonEvent, StopReason};
 pub use hold::{HOLD_CAPACITY, HOLD_MAX_AGE};
 pub use key::SingletonKey;

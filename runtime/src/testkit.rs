@@ -22,8 +22,6 @@
 //! # }
 //! ```
 
-pub mod conformance;
-
 use std::collections::BTreeSet;
 use std::fmt;
 use std::time::Duration;

@@ -18,8 +18,9 @@ mod singleton {
     use rand::{Rng, SeedableRng};
     use tokio::time::Instant;
     use troupe::cluster::{MemberStatus, MembershipSettings};
+    use troupe::lease::InMemoryLeaseArbiter;
     use troupe::singleton::ClusterSingleton;
-    use troupe::singleton::{InMemoryLeaseArbiter, StartSingletonOptions};
+    use troupe::singleton::StartSingletonOptions;
     use troupe::testkit::{SimCluster, sim_address};
 
     const NODES: usize = 5;

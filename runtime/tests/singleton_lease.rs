@@ -17,11 +17,12 @@ mod singleton {
     };
     use tokio::time::Instant;
     use troupe::cluster::MembershipSettings;
-    use troupe::singleton::ClusterSingleton;
-    use troupe::singleton::{
+    use troupe::lease::{
         FencingToken, InMemoryLease, InMemoryLeaseArbiter, Lease, LeaseFuture, LeaseLostCallback,
-        LeaseOp, LeaseRecord, SingletonEvent, StartSingletonOptions,
+        LeaseOp, LeaseRecord,
     };
+    use troupe::singleton::ClusterSingleton;
+    use troupe::singleton::{SingletonEvent, StartSingletonOptions};
     use troupe::testkit::{SimCluster, sim_address};
 
     const LEASE: &str = "scheduler";

@@ -17,10 +17,9 @@ mod singleton {
     };
     use tokio::time::Instant;
     use troupe::cluster::MembershipSettings;
+    use troupe::lease::{InMemoryLeaseArbiter, LeaseOp};
     use troupe::singleton::ClusterSingleton;
-    use troupe::singleton::{
-        InMemoryLeaseArbiter, LeaseOp, SingletonEvent, StartSingletonOptions, StopReason,
-    };
+    use troupe::singleton::{SingletonEvent, StartSingletonOptions, StopReason};
     use troupe::testkit::sim_address;
     use troupe::{DeadLetter, DeadLetterReason, SupervisorStrategy};
 

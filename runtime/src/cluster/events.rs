@@ -24,6 +24,26 @@ pub struct ClusterView {
 }
 
 impl ClusterView {
+    /// The view of a membership provider whose store arbitrates who is a member (etcd leases,
+    /// Kubernetes Leases): `members` sorted by address and incarnation, none unreachable,
+    /// converged, and the leader by the one rule — the first address-sorted member that is up
+    /// and reachable.
+    #[must_use]
+    pub fn from_members(self_node: Option<UniqueAddress>, members: Vec<Member>) -> Self {
+        let mut members = members;
+        members.sort_by(|a, b| a.node.cmp(&b.node));
+        let unreachable = BTreeSet::new();
+        let leader = leader_of(&members, &unreachable);
+        Self {
+            self_node,
+            members,
+            unreachable,
+            observed_by: Vec::new(),
+            leader,
+            converged: true,
+        }
+    }
+
     /// Up and reachable members, address-ordered.
     #[must_use]
     pub fn up_members(&self) -> Vec<Member> {
@@ -44,6 +64,15 @@ impl ClusterView {
     fn member(&self, node: &UniqueAddress) -> Option<&Member> {
         self.members.iter().find(|m| &m.node == node)
     }
+}
+
+/// The one leader rule: the first member of `members` (address-sorted) that is up and not
+/// unreachable.
+fn leader_of(members: &[Member], unreachable: &BTreeSet<UniqueAddress>) -> Option<Address> {
+    members
+        .iter()
+        .find(|m| m.status == MemberStatus::Up && !unreachable.contains(&m.node))
+        .map(|m| m.node.address.clone())
 }
 
 /// A change in cluster membership as one node observes it.
