@@ -192,3 +192,48 @@ pub(crate) fn diff(old: &ClusterView, new: &ClusterView) -> Vec<ClusterEvent> {
     }
     events
 }
+
+#[cfg(test)]
+mod from_members_tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    fn member(port: u16, incarnation: u64, status: MemberStatus) -> Member {
+        Member {
+            node: UniqueAddress {
+                address: Address::new("sys", "127.0.0.1", port),
+                incarnation,
+            },
+            status,
+            roles: BTreeSet::new(),
+        }
+    }
+
+    #[test]
+    fn the_leader_is_the_first_address_sorted_member_that_is_up() {
+        let view = ClusterView::from_members(
+            None,
+            vec![
+                member(3, 1, MemberStatus::Up),
+                member(1, 9, MemberStatus::Leaving),
+                member(2, 5, MemberStatus::Up),
+                member(2, 4, MemberStatus::Up),
+            ],
+        );
+        let order: Vec<(u16, u64)> = view
+            .members
+            .iter()
+            .map(|m| (m.node.address.port, m.node.incarnation))
+            .collect();
+        assert_eq!(order, [(1, 9), (2, 4), (2, 5), (3, 1)]);
+        assert_eq!(
+            view.leader.map(|a| a.port),
+            Some(2),
+            "not the leaving member"
+        );
+        assert!(view.converged && view.unreachable.is_empty());
+        let none_up = ClusterView::from_members(None, vec![member(1, 1, MemberStatus::Leaving)]);
+        assert_eq!(none_up.leader, None);
+    }
+}
