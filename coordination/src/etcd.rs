@@ -23,13 +23,13 @@ use etcd_client::{
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
-use troupe::directory::{
+use troupe_lease::directory::{
     self, Claim, ClaimOutcome, Directory, DirectoryChange, DirectoryError, DirectoryEvent,
     DirectoryFuture, DirectorySnapshot, DirectoryWatch, Revision,
 };
-use troupe::lease::{FencingToken, Lease, LeaseError, LeaseProvider, LeaseSettings};
+use troupe_lease::lease::{FencingToken, Lease, LeaseError, LeaseProvider, LeaseSettings};
 
-use crate::grant::{GrantedLease, LeaseStore, RenewError};
+use troupe_lease::lease::store::{GrantEnded, GrantedLease, LeaseStore, RenewError};
 
 /// How long one etcd request may take before it counts as failed.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -76,7 +76,7 @@ struct ClaimValue {
     host: String,
 }
 
-/// Leases on etcd: a [`LeaseProvider`] whose handles keep the contract in `troupe::lease`.
+/// Leases on etcd: a [`LeaseProvider`] whose handles keep the contract in `troupe_lease::lease`.
 #[derive(Clone)]
 pub struct EtcdLeases {
     store: Arc<EtcdLeaseStore>,
@@ -116,7 +116,7 @@ impl EtcdLeases {
     }
 }
 
-crate::grant::lease_handle!(
+troupe_lease::lease_handle!(
     /// One owner's handle to a lease on etcd (made by [`EtcdLeases::handle`]).
     EtcdLease,
     EtcdLeaseStore
@@ -142,7 +142,6 @@ impl EtcdLeases {
         owner: &str,
         settings: &LeaseSettings,
     ) -> Result<Arc<EtcdLease>, LeaseError> {
-        crate::validate_lease_identity(name, owner)?;
         ttl_seconds(settings).map_err(|reason| LeaseError::Settings {
             lease: name.to_owned(),
             reason,
@@ -152,7 +151,7 @@ impl EtcdLeases {
             name,
             owner,
             *settings,
-        ))))
+        )?)))
     }
 }
 
@@ -237,17 +236,31 @@ impl LeaseStore for EtcdLeaseStore {
         name: &str,
         owner: &str,
         settings: &LeaseSettings,
+        _ended: GrantEnded,
     ) -> Result<Option<(FencingToken, EtcdGrant)>, LeaseError> {
         let ttl = ttl_seconds(settings).map_err(|reason| LeaseError::Settings {
             lease: name.to_owned(),
             reason,
         })?;
         let mut client = self.client.clone();
+        let key = self.key(name);
+        // Held already (the common case of a standby retrying): one read, no etcd lease granted
+        // and revoked again — two raft writes fewer, which is what kept a loaded etcd from
+        // confirming the holder's renewals in time.
+        let current = self
+            .bounded(name, "etcd get", client.get(key.clone(), None))
+            .await?;
+        if let Some(kv) = current.kvs().first() {
+            parse_lease_value(&key, kv).map_err(|reason| LeaseError::Malformed {
+                lease: name.to_owned(),
+                reason,
+            })?;
+            return Ok(None);
+        }
         let granted = self
             .bounded(name, "etcd lease grant", client.lease_grant(ttl, None))
             .await?;
         let id = granted.id();
-        let key = self.key(name);
         let value = serde_json::to_vec(&LeaseValue {
             owner: owner.to_owned(),
         })

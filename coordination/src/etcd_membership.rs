@@ -31,8 +31,8 @@ use troupe::cluster::{
     ClusterError, ClusterView, Departure, Member, MemberStatus, MembershipControl,
     MembershipProvider, ViewSink,
 };
-use troupe::lease::{Lease, LeaseProvider, LeaseSettings};
 use troupe::{Address, UniqueAddress};
+use troupe_lease::lease::{Lease, LeaseProvider, LeaseSettings};
 
 use crate::etcd::{EtcdLeases, InvalidPrefix};
 
@@ -166,7 +166,7 @@ impl MembershipProvider for EtcdMembership {
 async fn register(control: Arc<Control>, settings: LeaseSettings) {
     loop {
         let weak = Arc::downgrade(&control);
-        let on_lost = Box::new(move |lost: troupe::lease::LeaseLost| {
+        let on_lost = Box::new(move |lost: troupe_lease::lease::LeaseLost| {
             if let Some(control) = weak.upgrade() {
                 control.fence(lost.reason);
             }
@@ -227,7 +227,7 @@ impl Control {
             *self.health.borrow(),
             MembershipHealth::Up | MembershipHealth::Joining
         );
-        let mut members: Vec<Member> = self
+        let members: Vec<Member> = self
             .members
             .lock()
             .values()
@@ -238,16 +238,8 @@ impl Control {
                 roles: r.roles.clone(),
             })
             .collect();
-        members.sort_by(|a, b| a.node.cmp(&b.node));
-        let leader = members.first().map(|m| m.node.address.clone());
-        self.sink.publish(ClusterView {
-            self_node: Some(self.me.clone()),
-            members,
-            unreachable: BTreeSet::new(),
-            observed_by: Vec::new(),
-            leader,
-            converged: true,
-        });
+        self.sink
+            .publish(ClusterView::from_members(Some(self.me.clone()), members));
     }
 
     fn parse(&self, key: &[u8], value: &[u8]) -> Option<(String, MemberRecord)> {

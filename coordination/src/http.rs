@@ -10,7 +10,7 @@
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
-//! use troupe::lease::{LeaseProvider, LeaseSettings};
+//! use troupe_lease::lease::{LeaseProvider, LeaseSettings};
 //! use troupe_coordination::http::HttpCoordination;
 //!
 //! let control_plane = HttpCoordination::new("http://control-plane:8080", "the-token")?;
@@ -26,13 +26,13 @@ use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
-use troupe::directory::{
+use troupe_lease::directory::{
     self, Claim, ClaimOutcome, Directory, DirectoryChange, DirectoryError, DirectoryEvent,
     DirectoryFuture, DirectorySnapshot, DirectoryWatch, Revision,
 };
-use troupe::lease::{FencingToken, Lease, LeaseError, LeaseProvider, LeaseSettings};
+use troupe_lease::lease::{FencingToken, Lease, LeaseError, LeaseProvider, LeaseSettings};
 
-use crate::grant::{GrantedLease, LeaseStore, RenewError};
+use troupe_lease::lease::store::{GrantEnded, GrantedLease, LeaseStore, RenewError};
 
 /// Longest a request other than a watch poll may take.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -224,17 +224,16 @@ impl HttpLeases {
         owner: &str,
         settings: &LeaseSettings,
     ) -> Result<Arc<HttpLease>, LeaseError> {
-        crate::validate_lease_identity(name, owner)?;
         Ok(Arc::new(HttpLease(GrantedLease::new(
             Arc::clone(&self.store),
             name,
             owner,
             *settings,
-        ))))
+        )?)))
     }
 }
 
-crate::grant::lease_handle!(
+troupe_lease::lease_handle!(
     /// One owner's handle to a lease through the control plane (made by
     /// [`HttpLeases::handle`]).
     HttpLease,
@@ -312,6 +311,7 @@ impl LeaseStore for HttpLeaseStore {
         name: &str,
         owner: &str,
         settings: &LeaseSettings,
+        _ended: GrantEnded,
     ) -> Result<Option<(FencingToken, ())>, LeaseError> {
         let body = AcquireBody {
             owner,

@@ -1,16 +1,20 @@
-//! Coordination backends for Troupe: [`Lease`](troupe::lease::Lease)s and the
-//! [`Directory`](troupe::directory::Directory) on etcd ([`etcd`]) and PostgreSQL
-//! ([`postgres`]).
+//! Coordination backends for Troupe: [`Lease`](troupe_lease::lease::Lease)s and the
+//! [`Directory`](troupe_lease::directory::Directory) on etcd ([`etcd`]), PostgreSQL
+//! ([`postgres`]) and through the control plane ([`http`]); with the `membership` feature
+//! (default) also cluster membership on etcd ([`etcd_membership`]).
 //!
-//! Every backend keeps the contracts written in `troupe::lease` and `troupe::directory` and
-//! passes the shared conformance suite (`troupe::testkit::conformance`) against a real server.
+//! Every backend keeps the contracts written in `troupe_lease::lease` and
+//! `troupe_lease::directory` (`troupe::lease`, `troupe::directory` to users of the runtime),
+//! implements only its store operations (`troupe_lease::lease::store::LeaseStore`: the held
+//! grant, its renewal and loss deadline are the one shared machine), and passes the shared
+//! conformance suite (`troupe_lease::testing::conformance`) against a real server.
 //! `docs/runtime-semantics.md` ("Leases and the directory") describes the guarantees and
 //! `docs/operations.md` how to run each backend.
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
-//! use troupe::lease::{LeaseProvider, LeaseSettings};
+//! use troupe_lease::lease::{LeaseProvider, LeaseSettings};
 //! use troupe_coordination::etcd::{self, EtcdLeases};
 //!
 //! let client = etcd::connect(&["http://127.0.0.1:2379".to_owned()]).await?;
@@ -22,17 +26,7 @@
 //! ```
 
 pub mod etcd;
+#[cfg(feature = "membership")]
 pub mod etcd_membership;
-mod grant;
 pub mod http;
 pub mod postgres;
-
-/// Checks a lease's name and owner the way every backend here does before making a handle.
-fn validate_lease_identity(name: &str, owner: &str) -> Result<(), troupe::lease::LeaseError> {
-    troupe::directory::validate_name("lease name", name)
-        .and(troupe::directory::validate_name("lease owner", owner))
-        .map_err(|e| troupe::lease::LeaseError::Provider {
-            lease: name.to_owned(),
-            reason: e.to_string(),
-        })
-}

@@ -24,13 +24,13 @@ use std::time::Duration;
 use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
 use sqlx::{Postgres, Row, Transaction};
 use tokio::sync::mpsc;
-use troupe::directory::{
+use troupe_lease::directory::{
     self, Claim, ClaimOutcome, Directory, DirectoryChange, DirectoryError, DirectoryEvent,
     DirectoryFuture, DirectorySnapshot, DirectoryWatch, Revision,
 };
-use troupe::lease::{FencingToken, Lease, LeaseError, LeaseProvider, LeaseSettings};
+use troupe_lease::lease::{FencingToken, Lease, LeaseError, LeaseProvider, LeaseSettings};
 
-use crate::grant::{GrantedLease, LeaseStore, RenewError};
+use troupe_lease::lease::store::{GrantEnded, GrantedLease, LeaseStore, RenewError};
 
 /// How often a watch polls the change log when no notification arrives.
 pub const WATCH_POLL: Duration = Duration::from_millis(500);
@@ -275,7 +275,7 @@ impl Shared {
 }
 
 /// Leases in PostgreSQL: a [`LeaseProvider`] whose handles keep the contract in
-/// `troupe::lease`.
+/// `troupe_lease::lease`.
 #[derive(Clone)]
 pub struct PgLeases {
     store: Arc<PgLeaseStore>,
@@ -293,7 +293,7 @@ pub(crate) struct PgLeaseStore {
     shared: Arc<Shared>,
 }
 
-crate::grant::lease_handle!(
+troupe_lease::lease_handle!(
     /// One owner's handle to a lease in PostgreSQL (made by [`PgLeases::handle`]).
     PgLease,
     PgLeaseStore
@@ -319,22 +319,12 @@ impl PgLeases {
         owner: &str,
         settings: &LeaseSettings,
     ) -> Result<Arc<PgLease>, LeaseError> {
-        crate::validate_lease_identity(name, owner)?;
-        if settings.ttl() < Duration::from_millis(1) {
-            return Err(LeaseError::Settings {
-                lease: name.to_owned(),
-                reason: format!(
-                    "postgres stores expiry in microseconds; ttl {:?} must be at least 1ms",
-                    settings.ttl()
-                ),
-            });
-        }
         Ok(Arc::new(PgLease(GrantedLease::new(
             Arc::clone(&self.store),
             name,
             owner,
             *settings,
-        ))))
+        )?)))
     }
 }
 
@@ -414,6 +404,7 @@ impl LeaseStore for PgLeaseStore {
         name: &str,
         owner: &str,
         settings: &LeaseSettings,
+        _ended: GrantEnded,
     ) -> Result<Option<(FencingToken, ())>, LeaseError> {
         let ttl = settings.ttl().as_secs_f64();
         let outcome = self

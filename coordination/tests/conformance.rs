@@ -1,5 +1,5 @@
 //! The etcd and PostgreSQL backends pass the shared conformance suite
-//! (`troupe::testkit::conformance`) against the real servers, each case in a fresh key prefix
+//! (`troupe_lease::testing::conformance`) against the real servers, each case in a fresh key prefix
 //! or schema.
 
 #[path = "support/services.rs"]
@@ -10,8 +10,8 @@ mod etcd {
     use std::time::Duration;
 
     use troupe::lease::LeaseSettings;
-    use troupe::testkit::conformance::Backend;
     use troupe_coordination::etcd::{EtcdDirectory, EtcdLeases};
+    use troupe_lease::testing::conformance::Backend;
 
     use crate::services;
 
@@ -31,7 +31,7 @@ mod etcd {
         .with_expiry_slack(Duration::from_millis(1500))
     }
 
-    troupe::conformance_tests!(etcd);
+    troupe_lease::conformance_tests!(etcd);
 }
 
 mod postgres {
@@ -39,7 +39,7 @@ mod postgres {
     use std::time::Duration;
 
     use troupe::lease::LeaseSettings;
-    use troupe::testkit::conformance::Backend;
+    use troupe_lease::testing::conformance::Backend;
 
     use crate::services;
 
@@ -56,5 +56,5 @@ mod postgres {
         .with_expiry_slack(Duration::from_millis(500))
     }
 
-    troupe::conformance_tests!(postgres);
+    troupe_lease::conformance_tests!(postgres);
 }

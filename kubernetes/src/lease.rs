@@ -17,6 +17,12 @@
 //!   clock at that same moment, and nobody may take over before `renewTime + ttl` on their clock,
 //!   so the loss is reported before another holder can get in (given the skew bound). Every
 //!   request is bounded by the time left to the deadline, so a hanging API server cannot delay it.
+//!
+//! This module implements only the store operations (`troupe_lease::lease::store::LeaseStore`);
+//! the held grant, the renewal schedule, the deadline and the once-only loss report are the one
+//! machine every backend shares (`GrantedLease`, with the loss deadline `ttl − max_clock_skew`).
+//! Through [`KubeLeaseProvider`] the skew margin is the renew interval, so the deadline is the
+//! shared `ttl − renew_interval`.
 //! - **Release**: stop renewing, then clear `holderIdentity` (carrying the `resourceVersion`, so
 //!   a release never clears someone else's grant). A handle that does not hold does nothing.
 //!
@@ -31,7 +37,7 @@
 //! reports an error otherwise.
 
 use std::fmt;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
@@ -40,45 +46,44 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Api;
 use kube::api::PostParams;
 use parking_lot::Mutex;
-use tokio::time::Instant;
-use troupe::lease::{FencingToken, Lease, LeaseError, LeaseFuture, LeaseLost, LeaseLostCallback};
+use troupe_lease::lease::store::{GrantEnded, GrantedLease, LeaseStore, RenewError};
+use troupe_lease::lease::{
+    FencingToken, Lease, LeaseError, LeaseFuture, LeaseLostCallback, LeaseSettings,
+};
 
 use crate::error::{api_code, describe};
 use crate::settings::{KubeTiming, TimingError};
 
 /// One owner's handle to one Kubernetes Lease object.
 pub struct KubeLease {
-    inner: Arc<Inner>,
+    lease: GrantedLease<KubeLeaseStore>,
+    timing: KubeTiming,
 }
 
-struct Inner {
+/// The store operations on one namespace's Lease objects.
+pub(crate) struct KubeLeaseStore {
     api: Api<LeaseObject>,
     namespace: String,
-    name: String,
-    owner: String,
     timing: KubeTiming,
-    held: Mutex<Option<Held>>,
-}
-
-struct Held {
-    token: u64,
-    renewal: tokio::task::AbortHandle,
 }
 
 impl fmt::Debug for KubeLease {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KubeLease")
-            .field("namespace", &self.inner.namespace)
-            .field("name", &self.inner.name)
-            .field("owner", &self.inner.owner)
-            .field("timing", &self.inner.timing)
+            .field("namespace", &self.lease.store().namespace)
+            .field("name", &self.lease.name())
+            .field("owner", &self.lease.owner())
+            .field("timing", &self.timing)
             .field("token", &self.fencing_token())
             .finish()
     }
 }
 
 impl KubeLease {
-    /// A handle to Lease `name` in `namespace` that acquires as `owner`.
+    /// A handle to Lease `name` in `namespace` that acquires as `owner`. The timing must be
+    /// valid for Kubernetes ([`KubeTiming::validate`]) and as lease settings
+    /// (`troupe_lease::lease::LeaseSettings::new`: ttl 1 s to 1 h, renewal at most a third of
+    /// it); the name and owner within the shared limits.
     pub fn new(
         client: kube::Client,
         namespace: &str,
@@ -87,80 +92,89 @@ impl KubeLease {
         timing: KubeTiming,
     ) -> Result<Self, TimingError> {
         timing.validate()?;
-        if owner.is_empty() {
-            return Err(TimingError(
-                "the owner identity must not be empty (an empty holderIdentity means free)".into(),
-            ));
-        }
-        Ok(Self {
-            inner: Arc::new(Inner {
-                api: Api::namespaced(client, namespace),
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
-                owner: owner.to_owned(),
-                timing,
-                held: Mutex::new(None),
-            }),
-        })
+        let settings = LeaseSettings::new(timing.ttl, timing.renew_interval)
+            .map_err(|e| TimingError(e.to_string()))?;
+        let store = Arc::new(KubeLeaseStore {
+            api: Api::namespaced(client, namespace),
+            namespace: namespace.to_owned(),
+            timing,
+        });
+        let lease =
+            GrantedLease::with_loss_deadline(store, name, owner, settings, timing.local_validity())
+                .map_err(|e| TimingError(e.to_string()))?;
+        Ok(Self { lease, timing })
     }
 
     /// The timing this handle uses.
     #[must_use]
     pub fn timing(&self) -> KubeTiming {
-        self.inner.timing
+        self.timing
     }
 }
 
-impl Inner {
-    fn provider_error(&self, what: &str, error: &kube::Error) -> LeaseError {
+impl Lease for KubeLease {
+    fn name(&self) -> &str {
+        self.lease.name()
+    }
+
+    fn owner(&self) -> &str {
+        self.lease.owner()
+    }
+
+    fn acquire(&self, on_lost: LeaseLostCallback) -> LeaseFuture<Option<FencingToken>> {
+        self.lease.acquire(on_lost)
+    }
+
+    fn release(&self) -> LeaseFuture<()> {
+        self.lease.release()
+    }
+
+    fn holds(&self) -> bool {
+        self.lease.holds()
+    }
+
+    fn fencing_token(&self) -> Option<FencingToken> {
+        self.lease.fencing_token()
+    }
+}
+
+impl KubeLeaseStore {
+    fn provider_error(&self, name: &str, what: &str, error: &kube::Error) -> LeaseError {
         let reason = format!(
-            "{what} Lease {}/{}: {}",
+            "{what} Lease {}/{name}: {}",
             self.namespace,
-            self.name,
             describe(error)
         );
         match error {
             kube::Error::SerdeError(_) => LeaseError::Malformed {
-                lease: self.name.clone(),
+                lease: name.to_owned(),
                 reason,
             },
             kube::Error::Api(_) => LeaseError::Provider {
-                lease: self.name.clone(),
+                lease: name.to_owned(),
                 reason,
             },
             _ => LeaseError::Unavailable {
-                lease: self.name.clone(),
+                lease: name.to_owned(),
                 reason,
             },
         }
     }
 
-    fn timeout_error(&self, what: &str) -> LeaseError {
+    fn timeout_error(&self, name: &str, what: &str) -> LeaseError {
         LeaseError::Unavailable {
-            lease: self.name.clone(),
+            lease: name.to_owned(),
             reason: format!(
-                "{what} Lease {}/{}: no answer within {:?}",
-                self.namespace, self.name, self.timing.renew_interval
+                "{what} Lease {}/{name}: no answer within {:?}",
+                self.namespace,
+                self.timing.local_validity()
             ),
         }
     }
 
-    /// The grant `token` ended: forget it if current. True when the caller should report it.
-    fn lost(&self, token: u64) -> bool {
-        let mut held = self.held.lock();
-        if held.as_ref().is_some_and(|h| h.token == token) {
-            if let Some(h) = held.take() {
-                h.renewal.abort();
-            }
-            true
-        } else {
-            false
-        }
-    }
-
-    fn spec_for(&self, now: chrono::DateTime<Utc>, transitions: i32) -> LeaseSpec {
+    fn spec_for(&self, owner: &str, now: chrono::DateTime<Utc>, transitions: i32) -> LeaseSpec {
         LeaseSpec {
-            holder_identity: Some(self.owner.clone()),
+            holder_identity: Some(owner.to_owned()),
             lease_duration_seconds: Some(self.timing.lease_duration_seconds()),
             acquire_time: Some(MicroTime(now)),
             renew_time: Some(MicroTime(now)),
@@ -228,265 +242,169 @@ fn token_of(object: &LeaseObject, lease: &str) -> Result<u64, LeaseError> {
     })
 }
 
-impl Lease for KubeLease {
-    fn name(&self) -> &str {
-        &self.inner.name
-    }
+impl LeaseStore for KubeLeaseStore {
+    /// The last object this holder wrote (its `resourceVersion` guards the next write).
+    type Grant = Mutex<LeaseObject>;
 
-    fn owner(&self) -> &str {
-        &self.inner.owner
-    }
-
-    fn acquire(&self, on_lost: LeaseLostCallback) -> LeaseFuture<Option<FencingToken>> {
-        let inner = Arc::clone(&self.inner);
-        Box::pin(async move {
-            let limit = inner.timing.renew_interval;
-            if let Some(token) = inner.held.lock().as_ref().map(|h| h.token) {
-                // Already held: the renewal task keeps it; the new callback is not needed.
-                drop(on_lost);
-                return Ok(Some(FencingToken(token)));
-            }
-            let sent = Instant::now();
-            let wall = Utc::now();
-            let current = tokio::time::timeout(limit, inner.api.get_opt(&inner.name))
-                .await
-                .map_err(|_| inner.timeout_error("reading"))?
-                .map_err(|e| inner.provider_error("reading", &e))?;
-            let written = match current {
-                None => {
-                    let object = LeaseObject {
-                        metadata: ObjectMeta {
-                            name: Some(inner.name.clone()),
-                            ..ObjectMeta::default()
-                        },
-                        spec: Some(inner.spec_for(wall, 0)),
-                    };
-                    let created = tokio::time::timeout(
-                        limit,
-                        inner.api.create(&PostParams::default(), &object),
-                    )
-                    .await
-                    .map_err(|_| inner.timeout_error("creating"))?;
-                    match created {
-                        Ok(created) => created,
-                        Err(e) if api_code(&e) == Some(409) => return Ok(None),
-                        Err(e) => return Err(inner.provider_error("creating", &e)),
-                    }
-                }
-                Some(object) => {
-                    let observed = observe(&object, wall, inner.timing.ttl).map_err(|problem| {
-                        LeaseError::Provider {
-                            lease: inner.name.clone(),
-                            reason: format!(
-                                "Lease {}/{} from the API server is malformed: {problem}",
-                                inner.namespace, inner.name
-                            ),
-                        }
-                    })?;
-                    if !observed.expired {
-                        return Ok(None);
-                    }
-                    let mut next = object.clone();
-                    next.metadata.managed_fields = None;
-                    next.spec = Some(inner.spec_for(wall, observed.transitions.saturating_add(1)));
-                    let replaced = tokio::time::timeout(
-                        limit,
-                        inner
-                            .api
-                            .replace(&inner.name, &PostParams::default(), &next),
-                    )
-                    .await
-                    .map_err(|_| inner.timeout_error("taking over"))?;
-                    match replaced {
-                        Ok(replaced) => replaced,
-                        Err(e) if matches!(api_code(&e), Some(409 | 404)) => return Ok(None),
-                        Err(e) => return Err(inner.provider_error("taking over", &e)),
-                    }
-                }
-            };
-            let token = token_of(&written, &inner.name)?;
-            let on_lost: Arc<LeaseLostCallback> = Arc::new(on_lost);
-            let mut held = inner.held.lock();
-            let renewal = tokio::spawn(renew(
-                Arc::downgrade(&inner),
-                token,
-                written,
-                sent + inner.timing.local_validity(),
-                on_lost,
-            ));
-            if let Some(old) = held.replace(Held {
-                token,
-                renewal: renewal.abort_handle(),
-            }) {
-                old.renewal.abort();
-            }
-            Ok(Some(FencingToken(token)))
-        })
-    }
-
-    fn release(&self) -> LeaseFuture<()> {
-        let inner = Arc::clone(&self.inner);
-        Box::pin(async move {
-            let Some(held) = inner.held.lock().take() else {
-                return Ok(());
-            };
-            held.renewal.abort();
-            let limit = inner.timing.renew_interval;
-            let current = tokio::time::timeout(limit, inner.api.get_opt(&inner.name))
-                .await
-                .map_err(|_| inner.timeout_error("releasing"))?
-                .map_err(|e| inner.provider_error("releasing", &e))?;
-            let Some(mut object) = current else {
-                return Ok(());
-            };
-            let ours = object
-                .spec
-                .as_ref()
-                .and_then(|s| s.holder_identity.as_deref())
-                == Some(inner.owner.as_str());
-            if !ours {
-                return Ok(());
-            }
-            object.metadata.managed_fields = None;
-            if let Some(spec) = object.spec.as_mut() {
-                spec.holder_identity = None;
-                spec.acquire_time = None;
-                spec.renew_time = Some(MicroTime(Utc::now()));
-            }
-            match tokio::time::timeout(
-                limit,
-                inner
-                    .api
-                    .replace(&inner.name, &PostParams::default(), &object),
-            )
-            .await
-            {
-                Err(_) => Err(inner.timeout_error("releasing")),
-                Ok(Ok(_)) => Ok(()),
-                // Someone else wrote it or deleted it: it is not ours to clear.
-                Ok(Err(e)) if matches!(api_code(&e), Some(409 | 404)) => Ok(()),
-                Ok(Err(e)) => Err(inner.provider_error("releasing", &e)),
-            }
-        })
-    }
-
-    fn holds(&self) -> bool {
-        self.inner.held.lock().is_some()
-    }
-
-    fn fencing_token(&self) -> Option<FencingToken> {
-        self.inner
-            .held
-            .lock()
-            .as_ref()
-            .map(|h| FencingToken(h.token))
-    }
-}
-
-/// Renew grant `token` until it is released or lost; report the loss by the local deadline.
-async fn renew(
-    handle: Weak<Inner>,
-    token: u64,
-    mut last: LeaseObject,
-    mut deadline: Instant,
-    on_lost: Arc<LeaseLostCallback>,
-) {
-    let report = |inner: &Inner, reason: String| {
-        if inner.lost(token) {
-            tracing::warn!(lease = %inner.name, owner = %inner.owner, token, %reason, "lease lost");
-            on_lost(LeaseLost {
-                lease: inner.name.clone(),
-                owner: inner.owner.clone(),
-                token: FencingToken(token),
-                reason,
-            });
-        }
-    };
-    let mut wait = match handle.upgrade() {
-        Some(inner) => inner.timing.renew_interval,
-        None => return,
-    };
-    loop {
-        let now = Instant::now();
-        tokio::time::sleep_until((now + wait).min(deadline)).await;
-        let Some(inner) = handle.upgrade() else {
-            return;
-        };
-        let sent = Instant::now();
-        if sent >= deadline {
-            report(
-                &inner,
-                format!(
-                    "no successful renewal within {:?}; others may take over at the Lease's TTL",
-                    inner.timing.local_validity()
-                ),
-            );
-            return;
-        }
+    async fn try_acquire(
+        &self,
+        name: &str,
+        owner: &str,
+        _settings: &LeaseSettings,
+        _ended: GrantEnded,
+    ) -> Result<Option<(FencingToken, Mutex<LeaseObject>)>, LeaseError> {
+        // Bounded by the local validity, not the renew interval: a grant acquired later than
+        // that would be lost on arrival anyway, and anything shorter turns a slow but
+        // successful acquire (twenty racing acquirers on a loaded machine) into an error.
+        let limit = self.timing.local_validity();
         let wall = Utc::now();
-        let mut next = last.clone();
+        let current = tokio::time::timeout(limit, self.api.get_opt(name))
+            .await
+            .map_err(|_| self.timeout_error(name, "reading"))?
+            .map_err(|e| self.provider_error(name, "reading", &e))?;
+        let written = match current {
+            None => {
+                let object = LeaseObject {
+                    metadata: ObjectMeta {
+                        name: Some(name.to_owned()),
+                        ..ObjectMeta::default()
+                    },
+                    spec: Some(self.spec_for(owner, wall, 0)),
+                };
+                let created =
+                    tokio::time::timeout(limit, self.api.create(&PostParams::default(), &object))
+                        .await
+                        .map_err(|_| self.timeout_error(name, "creating"))?;
+                match created {
+                    Ok(created) => created,
+                    Err(e) if api_code(&e) == Some(409) => return Ok(None),
+                    Err(e) => return Err(self.provider_error(name, "creating", &e)),
+                }
+            }
+            Some(object) => {
+                let observed = observe(&object, wall, self.timing.ttl).map_err(|problem| {
+                    LeaseError::Provider {
+                        lease: name.to_owned(),
+                        reason: format!(
+                            "Lease {}/{name} from the API server is malformed: {problem}",
+                            self.namespace
+                        ),
+                    }
+                })?;
+                if !observed.expired {
+                    return Ok(None);
+                }
+                let mut next = object.clone();
+                next.metadata.managed_fields = None;
+                next.spec =
+                    Some(self.spec_for(owner, wall, observed.transitions.saturating_add(1)));
+                let replaced = tokio::time::timeout(
+                    limit,
+                    self.api.replace(name, &PostParams::default(), &next),
+                )
+                .await
+                .map_err(|_| self.timeout_error(name, "taking over"))?;
+                match replaced {
+                    Ok(replaced) => replaced,
+                    Err(e) if matches!(api_code(&e), Some(409 | 404)) => return Ok(None),
+                    Err(e) => return Err(self.provider_error(name, "taking over", &e)),
+                }
+            }
+        };
+        let token = token_of(&written, name)?;
+        Ok(Some((FencingToken(token), Mutex::new(written))))
+    }
+
+    async fn renew(
+        &self,
+        name: &str,
+        owner: &str,
+        _token: FencingToken,
+        grant: &Mutex<LeaseObject>,
+        _settings: &LeaseSettings,
+    ) -> Result<(), RenewError> {
+        let mut next = grant.lock().clone();
         next.metadata.managed_fields = None;
         if let Some(spec) = next.spec.as_mut() {
-            spec.renew_time = Some(MicroTime(wall));
+            spec.renew_time = Some(MicroTime(Utc::now()));
         }
-        let limit = inner.timing.renew_interval.min(deadline - sent);
-        let api = inner.api.clone();
-        let name = inner.name.clone();
-        drop(inner);
+        let limit = self.timing.renew_interval;
         let answer =
-            tokio::time::timeout(limit, api.replace(&name, &PostParams::default(), &next)).await;
-        let Some(inner) = handle.upgrade() else {
-            return;
-        };
-        wait = inner.timing.renew_interval;
+            tokio::time::timeout(limit, self.api.replace(name, &PostParams::default(), &next))
+                .await;
         match answer {
             Ok(Ok(renewed)) => {
                 let holder = renewed
                     .spec
                     .as_ref()
                     .and_then(|s| s.holder_identity.clone());
-                if holder.as_deref() != Some(inner.owner.as_str()) {
-                    report(
-                        &inner,
-                        format!("the renewed Lease names {holder:?} as holder"),
-                    );
-                    return;
+                if holder.as_deref() != Some(owner) {
+                    return Err(RenewError::Gone(format!(
+                        "the renewed Lease names {holder:?} as holder"
+                    )));
                 }
-                last = renewed;
-                deadline = sent + inner.timing.local_validity();
+                *grant.lock() = renewed;
+                Ok(())
             }
-            Ok(Err(e)) if api_code(&e) == Some(409) => {
-                report(
-                    &inner,
-                    format!(
-                        "renewal refused with 409 Conflict: another writer changed the Lease ({})",
-                        describe(&e)
-                    ),
-                );
-                return;
-            }
-            Ok(Err(e)) if api_code(&e) == Some(404) => {
-                report(
-                    &inner,
-                    "renewal answered 404 NotFound: the Lease was deleted".to_owned(),
-                );
-                return;
-            }
-            Ok(Err(e)) => {
-                tracing::debug!(lease = %inner.name, error = %describe(&e), "renewal failed; retrying");
-                wait = (inner.timing.renew_interval / 4).max(Duration::from_millis(50));
-            }
-            Err(_) => {
-                tracing::debug!(lease = %inner.name, "renewal timed out; retrying");
-                wait = Duration::ZERO;
-            }
+            Ok(Err(e)) if api_code(&e) == Some(409) => Err(RenewError::Gone(format!(
+                "renewal refused with 409 Conflict: another writer changed the Lease ({})",
+                describe(&e)
+            ))),
+            Ok(Err(e)) if api_code(&e) == Some(404) => Err(RenewError::Gone(
+                "renewal answered 404 NotFound: the Lease was deleted".to_owned(),
+            )),
+            Ok(Err(e)) => Err(RenewError::Failed(describe(&e))),
+            Err(_) => Err(RenewError::Failed(format!("no answer within {limit:?}"))),
+        }
+    }
+
+    async fn release(
+        &self,
+        name: &str,
+        owner: &str,
+        _token: FencingToken,
+        _grant: &Mutex<LeaseObject>,
+    ) -> Result<(), LeaseError> {
+        let limit = self.timing.local_validity();
+        let current = tokio::time::timeout(limit, self.api.get_opt(name))
+            .await
+            .map_err(|_| self.timeout_error(name, "releasing"))?
+            .map_err(|e| self.provider_error(name, "releasing", &e))?;
+        let Some(mut object) = current else {
+            return Ok(());
+        };
+        let ours = object
+            .spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.as_deref())
+            == Some(owner);
+        if !ours {
+            return Ok(());
+        }
+        object.metadata.managed_fields = None;
+        if let Some(spec) = object.spec.as_mut() {
+            spec.holder_identity = None;
+            spec.acquire_time = None;
+            spec.renew_time = Some(MicroTime(Utc::now()));
+        }
+        match tokio::time::timeout(
+            limit,
+            self.api.replace(name, &PostParams::default(), &object),
+        )
+        .await
+        {
+            Err(_) => Err(self.timeout_error(name, "releasing")),
+            Ok(Ok(_)) => Ok(()),
+            // Someone else wrote it or deleted it: it is not ours to clear.
+            Ok(Err(e)) if matches!(api_code(&e), Some(409 | 404)) => Ok(()),
+            Ok(Err(e)) => Err(self.provider_error(name, "releasing", &e)),
         }
     }
 }
 
 /// Makes [`KubeLease`] handles on Lease objects in one namespace: troupe's `LeaseProvider`.
 ///
-/// The shared [`LeaseSettings`](troupe::lease::LeaseSettings) map onto the Lease as: `ttl` →
+/// The shared [`LeaseSettings`] map onto the Lease as: `ttl` →
 /// `leaseDurationSeconds` (so a whole number of seconds, at least 1 — other values are refused
 /// with `LeaseError::Settings`), `renew_interval` as is, and the loss reported at
 /// `ttl − renew_interval` after the last confirmed renewal was sent (the shared
@@ -516,12 +434,12 @@ impl KubeLeaseProvider {
     }
 }
 
-impl troupe::lease::LeaseProvider for KubeLeaseProvider {
+impl troupe_lease::lease::LeaseProvider for KubeLeaseProvider {
     fn lease(
         &self,
         name: &str,
         owner: &str,
-        settings: &troupe::lease::LeaseSettings,
+        settings: &LeaseSettings,
     ) -> Result<Arc<dyn Lease>, LeaseError> {
         let timing = KubeTiming {
             ttl: settings.ttl(),

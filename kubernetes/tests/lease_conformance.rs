@@ -1,4 +1,4 @@
-//! `KubeLease` passes troupe's shared lease conformance suite (`troupe::testkit::conformance`),
+//! `KubeLease` passes troupe's shared lease conformance suite (`troupe_lease::testing::conformance`),
 //! through the real kube client against the stand-in API server. (Leases only: Kubernetes
 //! Leases answer who is alive, not who owns an actor; there is no Kubernetes directory.)
 
@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use troupe::directory::InMemoryDirectory;
 use troupe::lease::{Lease, LeaseError, LeaseProvider, LeaseSettings};
-use troupe::testkit::conformance::Backend;
 use troupe_kubernetes::lease::KubeLeaseProvider;
 use troupe_kubernetes::standin::StandIn;
+use troupe_lease::testing::conformance::Backend;
 
 /// The provider, keeping its stand-in API server alive as long as the backend.
 #[derive(Debug)]
@@ -49,7 +49,7 @@ async fn kubernetes() -> Backend {
     .with_expiry_slack(Duration::from_millis(500))
 }
 
-troupe::conformance_tests!(leases: kubernetes);
+troupe_lease::conformance_tests!(leases: kubernetes);
 
 #[tokio::test]
 async fn settings_a_lease_cannot_carry_are_refused() {

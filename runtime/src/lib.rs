@@ -49,10 +49,8 @@ pub mod cluster_router;
 mod context;
 mod dead_letter;
 mod death_watch;
-pub mod directory;
 mod event_stream;
 mod extension;
-pub mod lease;
 mod mailbox;
 mod outbound;
 mod path;
@@ -70,6 +68,12 @@ pub mod testkit;
 #[cfg(feature = "remote")]
 pub mod transport;
 
+/// The actor directory (which host owns an actor id) — the `troupe-lease` crate's
+/// `directory` module.
+pub use troupe_lease::directory;
+/// Leases (at most one holder cluster-wide) — the `troupe-lease` crate's `lease` module.
+pub use troupe_lease::lease;
+
 pub use actor::{Actor, ActorError, Failure};
 pub use actor_ref::{ActorRef, AnyActorRef, SendError};
 pub use address::{Address, AddressError, UniqueAddress};
@@ -79,7 +83,7 @@ pub use context::{Context, TimerHandle, Watchable};
 pub use dead_letter::{DeadLetter, DeadLetterReason, DeadLetters};
 pub use death_watch::Terminated;
 pub use event_stream::{EventStream, Subscription, SubscriptionId};
-pub use mailbox::{MailboxConfig, MailboxDepth};
+pub use mailbox::{MailboxDepth, MailboxOptions};
 pub use path::{ActorPath, InvalidName, SCHEME, validate_name};
 pub use props::Props;
 pub use supervision::{Directive, RestartHistory, SupervisorStrategy, decide};

@@ -1,6 +1,6 @@
 //! Cluster singletons: exactly one instance of an actor in the cluster, on the first
 //! address-sorted up member (with a role: the first up member carrying it), moved with a
-//! hand-over when membership changes, optionally guarded by a [`Lease`].
+//! hand-over when membership changes, optionally guarded by a [`Lease`](crate::lease::Lease).
 //!
 //! ```no_run
 //! use troupe::singleton::{ClusterSingleton, SingletonKey, StartSingletonOptions};
@@ -53,10 +53,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
-pub use crate::lease::{
-    FencingToken, InMemoryLease, InMemoryLeaseArbiter, Lease, LeaseError, LeaseFuture, LeaseLost,
-    LeaseLostCallback, LeaseOp, LeaseRecord,
-};
 pub use event::{DeadLetterCause, SingletonEvent, StopReason};
 pub use hold::{HOLD_CAPACITY, HOLD_MAX_AGE};
 pub use key::SingletonKey;
@@ -473,6 +469,37 @@ impl ClusterSingleton {
         };
         self.registry().bump();
         let _ = waiting.await;
+    }
+
+    /// The names of the singletons this node has a manager or a proxy for, sorted.
+    #[must_use]
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .registry()
+            .entries
+            .lock()
+            .keys()
+            .map(ToString::to_string)
+            .collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// What this node's manager of the singleton named `type_name` reports, or `None` when
+    /// this node has none (diagnostics: "is the manager on this node active?").
+    pub async fn status_of(&self, type_name: &str) -> Option<ManagerStatus> {
+        let manager = self
+            .registry()
+            .entries
+            .lock()
+            .get(type_name)
+            .map(|e| e.manager.clone())?;
+        manager
+            .ask(|reply: ReplyTo<ManagerStatus>| {
+                ManagerMsg::internal(InternalMsg::Status { reply })
+            })
+            .await
+            .ok()
     }
 
     /// What this node's manager of `key` reports, or `None` when this node has none.

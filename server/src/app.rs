@@ -15,10 +15,10 @@ use actix_web::dev::Server;
 use actix_web::{HttpServer, middleware};
 use tokio::sync::watch;
 
-use troupe::directory::InMemoryDirectory;
-use troupe::lease::InMemoryLeaseArbiter;
 use troupe_coordination::etcd::{EtcdDirectory, EtcdLeases};
 use troupe_coordination::postgres::PgCoordination;
+use troupe_lease::directory::InMemoryDirectory;
+use troupe_lease::lease::InMemoryLeaseArbiter;
 
 use crate::config::Config;
 use crate::coordination::Coordination;

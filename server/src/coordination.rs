@@ -19,8 +19,10 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::time::Instant;
-use troupe::directory::Directory;
-use troupe::lease::{FencingToken, Lease, LeaseError, LeaseLost, LeaseProvider, LeaseSettings};
+use troupe_lease::directory::Directory;
+use troupe_lease::lease::{
+    FencingToken, Lease, LeaseError, LeaseLost, LeaseProvider, LeaseSettings,
+};
 
 /// Why a grant operation failed.
 #[derive(Debug, thiserror::Error)]

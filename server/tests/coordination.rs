@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use troupe::lease::{LeaseProvider, LeaseSettings};
-use troupe::testkit::conformance::Backend;
 use troupe_coordination::http::HttpCoordination;
+use troupe_lease::lease::{LeaseProvider, LeaseSettings};
+use troupe_lease::testing::conformance::Backend;
 use troupe_server::testing::{TestDatabase, TestSqliteFile};
 use troupe_server::{App, Config};
 
@@ -101,7 +101,7 @@ mod postgres {
         .with_expiry_slack(Duration::from_millis(1000))
     }
 
-    troupe::conformance_tests!(through_server);
+    troupe_lease::conformance_tests!(through_server);
 }
 
 mod etcd {
@@ -122,7 +122,7 @@ mod etcd {
         .with_expiry_slack(Duration::from_millis(1500))
     }
 
-    troupe::conformance_tests!(through_server);
+    troupe_lease::conformance_tests!(through_server);
 }
 
 mod in_memory {
@@ -142,7 +142,7 @@ mod in_memory {
         .with_expiry_slack(Duration::from_millis(1000))
     }
 
-    troupe::conformance_tests!(through_server);
+    troupe_lease::conformance_tests!(through_server);
 }
 
 /// Every route, with a valid body.
@@ -312,6 +312,98 @@ async fn malformed_input_gets_400_saying_what_is_allowed() {
             .unwrap()
             .contains("malformed JSON body")
     );
+}
+
+/// Absurd TTLs, renewals and over-long owners and names are bad input whatever the backend:
+/// 400 with one message naming the value and the allowed range — exactly what
+/// `LeaseSettings::new` and the name limits say, so the same on every backend — never a
+/// retryable 503, and nothing granted (u64::MAX milliseconds least of all).
+async fn bad_lease_input_gets_400_with_the_shared_message(store: Store, backend: &str) {
+    use reqwest::Method;
+    use serde_json::json;
+    let settings = |ttl_ms: u64, renew_ms: u64| {
+        format!(
+            "ttl_ms/renew_interval_ms: {}",
+            LeaseSettings::new(
+                Duration::from_millis(ttl_ms),
+                Duration::from_millis(renew_ms)
+            )
+            .unwrap_err()
+        )
+    };
+    let long_owner = "o".repeat(100 * 1024);
+    let long_name = "n".repeat(513);
+    let cases: Vec<(String, serde_json::Value, String)> = vec![
+        (
+            "/leases/l/acquire".to_owned(),
+            json!({"owner": "o", "ttl_ms": u64::MAX.to_string()}),
+            settings(u64::MAX, u64::MAX / 5),
+        ),
+        (
+            "/leases/l/acquire".to_owned(),
+            json!({"owner": "o", "ttl_ms": 999}),
+            settings(999, 199),
+        ),
+        (
+            "/leases/l/acquire".to_owned(),
+            json!({"owner": "o", "ttl_ms": 3_600_001}),
+            settings(3_600_001, 720_000),
+        ),
+        (
+            "/leases/l/acquire".to_owned(),
+            json!({"owner": "o", "ttl_ms": 3000, "renew_interval_ms": 10}),
+            settings(3000, 10),
+        ),
+        (
+            "/leases/l/acquire".to_owned(),
+            json!({"owner": long_owner, "ttl_ms": 3000}),
+            format!(
+                "lease \"l\": lease owner \"{}…\" is 102400 bytes long; at most 512 bytes are allowed",
+                "o".repeat(32)
+            ),
+        ),
+        (
+            format!("/leases/{long_name}/acquire"),
+            json!({"owner": "o", "ttl_ms": 3000}),
+            format!(
+                "lease \"{n}…\": lease name \"{n}…\" is 513 bytes long; at most 512 bytes are allowed",
+                n = "n".repeat(32)
+            ),
+        ),
+    ];
+    assert!(
+        cases[0].2.contains("outside the allowed range 1s to 3600s"),
+        "{}",
+        cases[0].2
+    );
+    let base = server(store, Some(TOKEN)).await;
+    for (path, body, expected) in &cases {
+        let (status, text) = send(&base, Method::POST, path, Some(TOKEN), Some(body.clone())).await;
+        assert_eq!(status, 400, "{backend}: POST {path}: {text}");
+        assert_eq!(&text, expected, "{backend}: POST {path}");
+    }
+    let (status, text) = send(&base, Method::GET, "/leases/l", Some(TOKEN), None).await;
+    assert_eq!(status, 200, "{text}");
+    let state: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+    assert!(
+        state.get("holder").is_some_and(serde_json::Value::is_null),
+        "{backend}: nothing was granted: {text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_lease_input_gets_the_shared_400_on_the_in_memory_backend() {
+    bad_lease_input_gets_400_with_the_shared_message(Store::Sqlite, "in-memory").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_lease_input_gets_the_shared_400_on_postgres() {
+    bad_lease_input_gets_400_with_the_shared_message(Store::Postgres, "postgres").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_lease_input_gets_the_shared_400_on_etcd() {
+    bad_lease_input_gets_400_with_the_shared_message(Store::Etcd, "etcd").await;
 }
 
 /// A client cut off from the server longer than the TTL reports the loss before another owner

@@ -2,7 +2,8 @@
 //! `kubectl` (Debian's `kubernetes-client`, or whichever `kubectl` is on `PATH`; `TROUPE_KUBECTL`
 //! names others, colon-separated) reads the Leases that real `troupe-agent --membership
 //! kubernetes` processes wrote — `get leases -o json`, the default table (server-side printing),
-//! one Lease by name, and a bounded `get leases --watch -o json` that sees the renewals arrive
+//! one Lease by name, a bounded `get leases --watch` (Table events under one header), and a
+//! bounded `get leases --watch -o json` that sees the renewals arrive
 //! in `resourceVersion` order and a leaving agent's Lease marked and deleted.
 //!
 //! `kubectl` runs with no kubeconfig (`KUBECONFIG` points at a missing file) and a private
@@ -321,6 +322,23 @@ async fn kubectl_watch_sees_renewals_in_resource_version_order_and_a_leaving_age
     let kubectls = kubectls();
     let homes: Vec<Home> = kubectls.iter().map(|_| Home::new("watch")).collect();
     // Every kubectl watches, each printing its events on its own pipe.
+    // And the default output of a watch: Table events, printed as rows under one header.
+    let mut tables = Vec::new();
+    for (kubectl, home) in kubectls.iter().zip(&homes) {
+        let mut child = home
+            .command(kubectl, &standin, &["get", "leases", "--watch"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start kubectl --watch");
+        let mut stdout = child.stdout.take().expect("stdout");
+        let text = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = stdout.read_to_string(&mut text);
+            text
+        });
+        tables.push((kubectl.display().to_string(), child, text));
+    }
     let mut watches = Vec::new();
     for (kubectl, home) in kubectls.iter().zip(&homes) {
         let mut child = home
@@ -414,6 +432,30 @@ async fn kubectl_watch_sees_renewals_in_resource_version_order_and_a_leaving_age
             leaving.lease
         );
         std::thread::sleep(Duration::from_millis(50));
+    }
+    for (ctl, mut child, text) in tables {
+        let _ = child.kill();
+        let _ = child.wait();
+        let text = text.join().expect("stdout reader");
+        let header: Vec<&str> = text
+            .lines()
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        assert_eq!(header, ["NAME", "HOLDER", "AGE"], "{ctl}: {text}");
+        for lease in agents.iter().map(|a| &a.lease).chain([&leaving.lease]) {
+            assert!(
+                text.lines().skip(1).any(|l| l.starts_with(lease.as_str())),
+                "{ctl}: no row for {lease}: {text}"
+            );
+        }
+        assert!(
+            text.lines()
+                .skip(1)
+                .all(|l| l.split_whitespace().count() == 3),
+            "{ctl}: {text}"
+        );
     }
     for (ctl, mut child, _, seen) in watches {
         let _ = child.kill();

@@ -718,24 +718,7 @@ impl MembershipMachine {
                 roles: self.roles.clone(),
             });
         }
-        members.sort_by(|a, b| {
-            a.node
-                .address
-                .cmp(&b.node.address)
-                .then(a.node.incarnation.cmp(&b.node.incarnation))
-        });
-        let leader = members
-            .iter()
-            .find(|m| m.status == MemberStatus::Up)
-            .map(|m| m.node.address.clone());
-        ClusterView {
-            self_node: Some(self.me.clone()),
-            members,
-            unreachable: BTreeSet::new(),
-            observed_by: Vec::new(),
-            leader,
-            converged: true,
-        }
+        ClusterView::from_members(Some(self.me.clone()), members)
     }
 
     fn publish(&mut self, actions: &mut Vec<Action>) {

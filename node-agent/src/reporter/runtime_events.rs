@@ -383,7 +383,7 @@ mod tests {
                 &SingletonEvent::LeaseAcquired {
                     type_name: name(),
                     node: address(1),
-                    token: troupe::singleton::FencingToken(3),
+                    token: troupe::lease::FencingToken(3),
                 },
                 7,
             )

@@ -24,6 +24,26 @@ pub struct ClusterView {
 }
 
 impl ClusterView {
+    /// The view of a membership provider whose store arbitrates who is a member (etcd leases,
+    /// Kubernetes Leases): `members` sorted by address and incarnation, none unreachable,
+    /// converged, and the leader by the one rule — the first address-sorted member that is up
+    /// and reachable.
+    #[must_use]
+    pub fn from_members(self_node: Option<UniqueAddress>, members: Vec<Member>) -> Self {
+        let mut members = members;
+        members.sort_by(|a, b| a.node.cmp(&b.node));
+        let unreachable = BTreeSet::new();
+        let leader = leader_of(&members, &unreachable);
+        Self {
+            self_node,
+            members,
+            unreachable,
+            observed_by: Vec::new(),
+            leader,
+            converged: true,
+        }
+    }
+
     /// Up and reachable members, address-ordered.
     #[must_use]
     pub fn up_members(&self) -> Vec<Member> {
@@ -44,6 +64,15 @@ impl ClusterView {
     fn member(&self, node: &UniqueAddress) -> Option<&Member> {
         self.members.iter().find(|m| &m.node == node)
     }
+}
+
+/// The one leader rule: the first member of `members` (address-sorted) that is up and not
+/// unreachable.
+fn leader_of(members: &[Member], unreachable: &BTreeSet<UniqueAddress>) -> Option<Address> {
+    members
+        .iter()
+        .find(|m| m.status == MemberStatus::Up && !unreachable.contains(&m.node))
+        .map(|m| m.node.address.clone())
 }
 
 /// A change in cluster membership as one node observes it.
@@ -162,4 +191,49 @@ pub(crate) fn diff(old: &ClusterView, new: &ClusterView) -> Vec<ClusterEvent> {
         events.push(ClusterEvent::SelfUp(me.clone()));
     }
     events
+}
+
+#[cfg(test)]
+mod from_members_tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    fn member(port: u16, incarnation: u64, status: MemberStatus) -> Member {
+        Member {
+            node: UniqueAddress {
+                address: Address::new("sys", "127.0.0.1", port),
+                incarnation,
+            },
+            status,
+            roles: BTreeSet::new(),
+        }
+    }
+
+    #[test]
+    fn the_leader_is_the_first_address_sorted_member_that_is_up() {
+        let view = ClusterView::from_members(
+            None,
+            vec![
+                member(3, 1, MemberStatus::Up),
+                member(1, 9, MemberStatus::Leaving),
+                member(2, 5, MemberStatus::Up),
+                member(2, 4, MemberStatus::Up),
+            ],
+        );
+        let order: Vec<(u16, u64)> = view
+            .members
+            .iter()
+            .map(|m| (m.node.address.port, m.node.incarnation))
+            .collect();
+        assert_eq!(order, [(1, 9), (2, 4), (2, 5), (3, 1)]);
+        assert_eq!(
+            view.leader.map(|a| a.port),
+            Some(2),
+            "not the leaving member"
+        );
+        assert!(view.converged && view.unreachable.is_empty());
+        let none_up = ClusterView::from_members(None, vec![member(1, 1, MemberStatus::Leaving)]);
+        assert_eq!(none_up.leader, None);
+    }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse, ResponseError, web};
 use serde::{Deserialize, Serialize};
-use troupe::directory::{
+use troupe_lease::directory::{
     Claim, ClaimOutcome, DirectoryChange, DirectoryError, DirectoryEvent, Revision,
 };
 use utoipa::{IntoParams, ToSchema};

@@ -24,6 +24,9 @@ use crate::metrics::{Item, Outcome};
 use crate::state::AppState;
 use crate::time::now_ms;
 
+/// Bodies larger than this are parsed off the HTTP worker's thread.
+const PARSE_INLINE_BYTES: usize = 256 * 1024;
+
 /// Stores a report batch from an agent.
 #[utoipa::path(
     post,
@@ -67,7 +70,16 @@ async fn receive(
 ) -> Result<HttpResponse, ApiError> {
     state.tokens.require_ingest(req)?;
     let body = read_limited(req, payload, state.config.max_body_bytes).await?;
-    let parsed = parse(&body)?;
+    // A big body is parsed on the blocking pool: parsing megabytes on the worker's own thread
+    // would hold up every other request that worker serves (small batches included).
+    let parsed = if body.len() > PARSE_INLINE_BYTES {
+        let body = body.freeze();
+        web::block(move || parse(&body))
+            .await
+            .map_err(|e| ApiError::Unavailable(format!("parsing the batch failed: {e}")))??
+    } else {
+        parse(&body)?
+    };
     let received_ms = now_ms();
     // What is stored, streamed and exported: times too far ahead of ours clamped.
     let batch = state.store.clamp_times(&parsed, received_ms);

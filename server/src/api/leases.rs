@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
-use troupe::lease::{FencingToken, LeaseError, LeaseSettings};
+use troupe_lease::lease::{FencingToken, LeaseError, LeaseSettings};
 use utoipa::ToSchema;
 
 use super::allow::resource;
@@ -19,21 +19,23 @@ use crate::state::AppState;
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AcquireRequest {
-    /// Who acquires (typically the node's address): not empty, no control characters.
+    /// Who acquires (typically the node's address): not empty, at most 512 bytes, no control
+    /// characters.
     #[schema(value_type = crate::api::openapi::CoordinationName)]
     pub owner: String,
-    /// Time to live of the grant, milliseconds, 5..=86400000 (a day).
+    /// Time to live of the grant, milliseconds, 1000..=3600000 (1 s to 1 h).
     #[serde(with = "troupe_protocol::wire::u64_string")]
     #[schema(value_type = LeaseTtl)]
     pub ttl_ms: u64,
-    /// How often the client renews, milliseconds; not 0 and at most a third of the TTL.
+    /// How often the client renews, milliseconds: at least 50, at most a third of the TTL.
     /// Default: a fifth of the TTL.
     #[serde(default, with = "troupe_protocol::wire::option_u64_string")]
     #[schema(value_type = Option<troupe_protocol::wire::schema::U64Input>)]
     pub renew_interval_ms: Option<u64>,
 }
 
-/// The TTL of a lease request: 5..=86400000 milliseconds, a decimal string or a JSON number.
+/// The TTL of a lease request: 1000..=3600000 milliseconds (1 s to 1 h), a decimal string or a
+/// JSON number.
 #[derive(Debug)]
 pub struct LeaseTtl;
 
@@ -132,7 +134,9 @@ pub struct LeaseStateDto {
 
 fn lease_error(error: LeaseError) -> ApiError {
     match error {
-        LeaseError::Settings { .. } => ApiError::BadRequest(error.to_string()),
+        LeaseError::Settings { .. } | LeaseError::Invalid { .. } => {
+            ApiError::BadRequest(error.to_string())
+        }
         LeaseError::Unavailable { .. } => ApiError::Unavailable(error.to_string()),
         other => ApiError::BadGateway(other.to_string()),
     }
@@ -145,14 +149,14 @@ fn grant_error(error: GrantError) -> ApiError {
     }
 }
 
-/// Shortest TTL a grant may have, milliseconds: its default renewal (a fifth) is then at
-/// least 1 ms.
-pub const MIN_TTL_MS: u64 = 5;
-/// Longest TTL a grant may have, milliseconds (a day).
-pub const MAX_TTL_MS: u64 = 86_400_000;
+/// Shortest TTL a grant may have, milliseconds: `troupe_lease::lease::MIN_LEASE_TTL`.
+pub const MIN_TTL_MS: u64 = troupe_lease::lease::MIN_LEASE_TTL.as_millis() as u64;
+/// Longest TTL a grant may have, milliseconds: `troupe_lease::lease::MAX_LEASE_TTL`.
+pub const MAX_TTL_MS: u64 = troupe_lease::lease::MAX_LEASE_TTL.as_millis() as u64;
 
 pub(crate) fn name_ok(what: &str, value: &str) -> Result<(), ApiError> {
-    troupe::directory::validate_name(what, value).map_err(|e| ApiError::BadRequest(e.to_string()))
+    troupe_lease::directory::validate_name(what, value)
+        .map_err(|e| ApiError::BadRequest(e.to_string()))
 }
 
 /// Acquire lease `name` for `owner`: `granted` and a fencing token, or `granted: false` when
@@ -175,14 +179,8 @@ pub async fn acquire(
         &bytes,
         r#"{"owner": string, "ttl_ms": integer, "renew_interval_ms": integer (optional)}"#,
     )?;
-    name_ok("lease name", &name)?;
-    name_ok("owner", &request.owner)?;
-    if !(MIN_TTL_MS..=MAX_TTL_MS).contains(&request.ttl_ms) {
-        return Err(ApiError::BadRequest(format!(
-            "ttl_ms must be between {MIN_TTL_MS} and {MAX_TTL_MS}, got {}",
-            request.ttl_ms
-        )));
-    }
+    troupe_lease::lease::validate_identity(&name, &request.owner)
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let ttl = Duration::from_millis(request.ttl_ms);
     let renew = Duration::from_millis(request.renew_interval_ms.unwrap_or(request.ttl_ms / 5));
     let settings = LeaseSettings::new(ttl, renew)

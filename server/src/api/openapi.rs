@@ -211,13 +211,14 @@ named_schema!(
 );
 
 named_schema!(
-    /// A name the coordination API takes: not empty, no control characters.
+    /// A name the coordination API takes: not empty, at most 512 bytes, no control characters.
     CoordinationName = "CoordinationName",
     ObjectBuilder::new()
         .schema_type(Type::String)
         .min_length(Some(1))
+        .max_length(Some(troupe_lease::lease::MAX_NAME_BYTES))
         .pattern(Some(PRINTABLE))
-        .description(Some("Not empty; no control characters (U+0000-U+001F, U+007F-U+009F)"))
+        .description(Some("Not empty, at most 512 bytes (UTF-8); no control characters (U+0000-U+001F, U+007F-U+009F)"))
         .into()
 );
 

@@ -93,6 +93,12 @@ impl BatchRows {
         Ok(rows)
     }
 
+    /// Rows of the history tables (events, dead letters, depth ticks), not counting the
+    /// per-minute rollups.
+    pub(super) fn row_count(&self) -> usize {
+        self.events.at_ms.len() + self.dead_letters.at_ms.len() + self.depth_ticks.at_ms.len()
+    }
+
     pub(super) fn outcome(&self, operations: Vec<MemberOperation>) -> IngestOutcome {
         IngestOutcome {
             duplicate: false,

@@ -2,20 +2,20 @@
 //! here, etcd and PostgreSQL in `troupe-coordination`, and any backend written elsewhere.
 //!
 //! Each case is an `async fn(&Backend)` that panics with a message naming the backend when the
-//! backend breaks the contract (`troupe::lease`, `troupe::directory`). Give each case a
+//! backend breaks the contract ([`crate::lease`], [`crate::directory`]). Give each case a
 //! fresh, isolated [`Backend`] (its own key prefix, schema or namespace), on a multi-threaded
 //! runtime. [`conformance_tests!`](crate::conformance_tests) writes one test per case:
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use troupe::directory::InMemoryDirectory;
-//! use troupe::lease::{InMemoryLeaseArbiter, LeaseSettings};
-//! use troupe::testkit::conformance::Backend;
+//! use troupe_lease::directory::InMemoryDirectory;
+//! use troupe_lease::lease::{InMemoryLeaseArbiter, LeaseSettings};
+//! use troupe_lease::testing::conformance::Backend;
 //!
 //! async fn in_memory() -> Backend {
 //!     let settings = LeaseSettings::new(
-//!         std::time::Duration::from_millis(600),
-//!         std::time::Duration::from_millis(150),
+//!         std::time::Duration::from_secs(1),
+//!         std::time::Duration::from_millis(250),
 //!     )
 //!     .unwrap();
 //!     Backend::new(
@@ -25,7 +25,7 @@
 //!         settings,
 //!     )
 //! }
-//! troupe::conformance_tests!(in_memory);
+//! troupe_lease::conformance_tests!(in_memory);
 //! ```
 //!
 //! Cases:
@@ -302,6 +302,7 @@ pub async fn racing_updaters_never_lose_an_update(b: &Backend) {
 /// owner gets it with a larger token.
 pub async fn expiry_after_ttl(b: &Backend) {
     let a = b.lease("expiring", "crashing-owner");
+    let sent = Instant::now();
     let first = b.acquire(&a).await.expect("a free lease is granted");
     let stopped = Instant::now();
     drop(a);
@@ -313,8 +314,10 @@ pub async fn expiry_after_ttl(b: &Backend) {
         b.name
     );
     let ttl = b.settings.ttl();
-    let earliest =
-        stopped + ttl.saturating_sub(b.settings.renew_interval() + Duration::from_millis(100));
+    // The grant lives at least `ttl` after the acquire was sent (later, if a renewal was
+    // confirmed before the handle was dropped). Counting from `stopped` instead would blame the
+    // backend for a slow acquire.
+    let earliest = sent + ttl.saturating_sub(Duration::from_millis(100));
     let latest = stopped + ttl + b.settings.renew_interval() + b.expiry_slack;
     let token = loop {
         let asked = Instant::now();
@@ -636,7 +639,7 @@ macro_rules! conformance_tests {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $test() {
                 let backend = $make().await;
-                $crate::testkit::conformance::$case(&backend).await;
+                $crate::testing::conformance::$case(&backend).await;
             }
         )+
     };

@@ -3,7 +3,7 @@
 //!
 //! Membership answers which hosts are alive; the directory answers which host owns *this*
 //! actor. Backends for etcd and PostgreSQL live in the `troupe-coordination` crate; every
-//! backend passes the shared conformance suite in `troupe::testkit::conformance` (feature `testkit`).
+//! backend passes the shared conformance suite in `troupe_lease::testing::conformance` (feature `testing`).
 //!
 //! # Contract
 //! - `claim(actor, host)`: of any number of concurrent claimants exactly one wins. The answer
@@ -26,7 +26,8 @@
 //!   [`DirectoryError::Compacted`]; the watcher takes a new snapshot.
 //! - A watch ends (`next()` answers `None` or an error) when the backend connection is lost;
 //!   the watcher resumes with `watch(last_seen)`.
-//! - Actor ids and host names are non-empty UTF-8 strings without control characters;
+//! - Actor ids and host names are non-empty UTF-8 strings of at most
+//!   [`MAX_NAME_BYTES`](crate::lease::MAX_NAME_BYTES) bytes without control characters;
 //!   backends refuse others with [`DirectoryError::Invalid`]. A stored entry that does not
 //!   parse is [`DirectoryError::Malformed`], never a panic.
 
@@ -217,17 +218,10 @@ pub trait Directory: fmt::Debug + Send + Sync + 'static {
     fn watch(&self, after: Revision) -> DirectoryFuture<DirectoryWatch>;
 }
 
-/// Refuse ids and host names no backend can store unambiguously.
+/// Refuse ids and host names no backend can store unambiguously: empty, longer than
+/// [`MAX_NAME_BYTES`](crate::lease::MAX_NAME_BYTES) bytes, or with a control character.
 pub fn validate_name(what: &str, value: &str) -> Result<(), DirectoryError> {
-    if value.is_empty() {
-        return Err(DirectoryError::Invalid(format!("{what} must not be empty")));
-    }
-    if let Some(c) = value.chars().find(|c| c.is_control()) {
-        return Err(DirectoryError::Invalid(format!(
-            "{what} {value:?} contains the control character {c:?}; only printable characters are allowed"
-        )));
-    }
-    Ok(())
+    crate::check_name(what, value).map_err(DirectoryError::Invalid)
 }
 
 /// The default number of changes an [`InMemoryDirectory`] keeps for watches that resume.

@@ -1,0 +1,468 @@
+//! The in-memory arbiter: a [`LeaseStore`] every node of one process reaches (tests, single-node
+//! use), with fault knobs (revoke, cut off, latency) and a history of what happened. Its handles
+//! are the shared [`GrantedLease`], so they renew and report losses exactly as every other
+//! backend's do.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::time::Instant;
+
+use super::store::{GrantEnded, GrantedLease, LeaseStore, RenewError};
+use super::{FencingToken, Lease, LeaseError, LeaseProvider, LeaseSettings};
+
+/// What happened at the arbiter, for tests that check the order of lease operations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseOp {
+    /// The owner got the lease.
+    Acquired(FencingToken),
+    /// The owner asked while `holder` held it.
+    Denied {
+        /// The holder at the time.
+        holder: String,
+    },
+    /// The owner released its grant.
+    Released(FencingToken),
+    /// The grant was revoked by [`InMemoryLeaseArbiter::revoke`].
+    Revoked(FencingToken),
+    /// The grant expired unrenewed and another owner took the lease.
+    Expired(FencingToken),
+    /// A request from a cut-off owner failed.
+    Unreachable,
+}
+
+/// One line of the arbiter's history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRecord {
+    /// When it happened.
+    pub at: Instant,
+    /// The lease.
+    pub lease: String,
+    /// The owner that asked (or lost).
+    pub owner: String,
+    /// What happened.
+    pub op: LeaseOp,
+}
+
+/// A third party that arbitrates leases in memory: every node in the process reaches it (tests,
+/// single-node deployments). Grants of handles made by [`InMemoryLeaseArbiter::lease`] expire
+/// `ttl` after their last renewal and are renewed every `ttl / 3`; handles made through
+/// [`LeaseProvider::lease`] or [`InMemoryLeaseArbiter::lease_with`] use their own
+/// [`LeaseSettings`].
+#[derive(Clone)]
+pub struct InMemoryLeaseArbiter {
+    store: Arc<ArbiterStore>,
+}
+
+/// The arbiter's store; shared by every handle.
+pub(crate) struct ArbiterStore {
+    state: Mutex<ArbiterState>,
+}
+
+struct ArbiterState {
+    ttl: Duration,
+    latency: Duration,
+    grants: HashMap<String, Grant>,
+    next_token: u64,
+    cut_off: HashSet<String>,
+    history: Vec<LeaseRecord>,
+}
+
+struct Grant {
+    owner: String,
+    token: u64,
+    ttl: Duration,
+    expires_at: Instant,
+    ended: GrantEnded,
+}
+
+crate::lease_handle!(
+    /// One owner's handle to a lease of an [`InMemoryLeaseArbiter`].
+    InMemoryLease,
+    ArbiterStore
+);
+
+impl fmt::Debug for InMemoryLeaseArbiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.store.state.lock();
+        f.debug_struct("InMemoryLeaseArbiter")
+            .field("ttl", &state.ttl)
+            .field("grants", &state.grants.len())
+            .finish()
+    }
+}
+
+impl InMemoryLeaseArbiter {
+    /// An arbiter whose grants (of handles made by [`InMemoryLeaseArbiter::lease`]) expire
+    /// `ttl` after their last renewal.
+    #[must_use]
+    pub fn new(ttl: Duration) -> Self {
+        Self {
+            store: Arc::new(ArbiterStore {
+                state: Mutex::new(ArbiterState {
+                    ttl,
+                    latency: Duration::ZERO,
+                    grants: HashMap::new(),
+                    next_token: 1,
+                    cut_off: HashSet::new(),
+                    history: Vec::new(),
+                }),
+            }),
+        }
+    }
+
+    /// Make every acquire and release take `latency` before it reaches the arbiter.
+    #[must_use]
+    pub fn with_latency(self, latency: Duration) -> Self {
+        self.store.state.lock().latency = latency;
+        self
+    }
+
+    /// A handle to lease `name` that acquires as `owner`, with the arbiter's TTL renewed every
+    /// `ttl / 3`.
+    ///
+    /// # Panics
+    /// When the name or owner is outside the limits ([`super::validate_identity`]).
+    #[must_use]
+    pub fn lease(&self, name: &str, owner: &str) -> Arc<InMemoryLease> {
+        let ttl = self.store.state.lock().ttl;
+        let settings = LeaseSettings::unchecked(ttl, ttl / 3);
+        self.lease_with(name, owner, &settings)
+    }
+
+    /// A handle to lease `name` that acquires as `owner` with `settings`.
+    ///
+    /// # Panics
+    /// When the name or owner is outside the limits ([`super::validate_identity`]); use
+    /// [`LeaseProvider::lease`] to get that as an error.
+    #[must_use]
+    pub fn lease_with(
+        &self,
+        name: &str,
+        owner: &str,
+        settings: &LeaseSettings,
+    ) -> Arc<InMemoryLease> {
+        match self.try_lease(name, owner, settings) {
+            Ok(handle) => handle,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    fn try_lease(
+        &self,
+        name: &str,
+        owner: &str,
+        settings: &LeaseSettings,
+    ) -> Result<Arc<InMemoryLease>, LeaseError> {
+        Ok(Arc::new(InMemoryLease(GrantedLease::new(
+            Arc::clone(&self.store),
+            name,
+            owner,
+            *settings,
+        )?)))
+    }
+
+    /// The current (unexpired) holder of `name` and its token.
+    #[must_use]
+    pub fn holder(&self, name: &str) -> Option<(String, FencingToken)> {
+        let state = self.store.state.lock();
+        let now = Instant::now();
+        state
+            .grants
+            .get(name)
+            .filter(|g| g.expires_at > now)
+            .map(|g| (g.owner.clone(), FencingToken(g.token)))
+    }
+
+    /// Take `name` away from its holder, which is told through its loss callback.
+    pub fn revoke(&self, name: &str) {
+        let lost = {
+            let mut state = self.store.state.lock();
+            let grant = state.grants.remove(name);
+            if let Some(grant) = &grant {
+                state.record(
+                    name,
+                    &grant.owner,
+                    LeaseOp::Revoked(FencingToken(grant.token)),
+                );
+            }
+            grant
+        };
+        if let Some(grant) = lost {
+            grant.ended.end("revoked");
+        }
+    }
+
+    /// From now on every request from `owner` fails, as if its process could no longer reach
+    /// the arbiter (or were dead); its grants stop being renewed and expire.
+    pub fn cut_off(&self, owner: &str) {
+        self.store.state.lock().cut_off.insert(owner.to_owned());
+    }
+
+    /// Undo [`InMemoryLeaseArbiter::cut_off`].
+    pub fn restore(&self, owner: &str) {
+        self.store.state.lock().cut_off.remove(owner);
+    }
+
+    /// Everything that happened, in order.
+    #[must_use]
+    pub fn history(&self) -> Vec<LeaseRecord> {
+        self.store.state.lock().history.clone()
+    }
+}
+
+impl LeaseProvider for InMemoryLeaseArbiter {
+    fn lease(
+        &self,
+        name: &str,
+        owner: &str,
+        settings: &LeaseSettings,
+    ) -> Result<Arc<dyn Lease>, LeaseError> {
+        Ok(self.try_lease(name, owner, settings)?)
+    }
+}
+
+impl ArbiterState {
+    fn record(&mut self, lease: &str, owner: &str, op: LeaseOp) {
+        self.history.push(LeaseRecord {
+            at: Instant::now(),
+            lease: lease.to_owned(),
+            owner: owner.to_owned(),
+            op,
+        });
+    }
+}
+
+fn unreachable(name: &str) -> LeaseError {
+    LeaseError::Unavailable {
+        lease: name.to_owned(),
+        reason: "the arbiter cannot be reached from this owner".to_owned(),
+    }
+}
+
+impl ArbiterStore {
+    async fn delay(&self) {
+        let latency = self.state.lock().latency;
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+    }
+
+    fn grant(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl: Duration,
+        ended: GrantEnded,
+    ) -> Result<Option<FencingToken>, LeaseError> {
+        let now = Instant::now();
+        let mut expired = None;
+        let result = {
+            let mut state = self.state.lock();
+            if state.cut_off.contains(owner) {
+                state.record(name, owner, LeaseOp::Unreachable);
+                return Err(unreachable(name));
+            }
+            match state.grants.get_mut(name) {
+                Some(grant) if grant.owner == owner => {
+                    // This owner holds it already (through another handle): the same grant,
+                    // extended.
+                    grant.ttl = ttl;
+                    grant.expires_at = now + ttl;
+                    grant.ended = ended;
+                    Some(FencingToken(grant.token))
+                }
+                Some(grant) if grant.expires_at > now => {
+                    let holder = grant.owner.clone();
+                    state.record(name, owner, LeaseOp::Denied { holder });
+                    None
+                }
+                _ => {
+                    if let Some(old) = state.grants.remove(name) {
+                        state.record(name, &old.owner, LeaseOp::Expired(FencingToken(old.token)));
+                        expired = Some(old);
+                    }
+                    let token = state.next_token;
+                    state.next_token += 1;
+                    state.grants.insert(
+                        name.to_owned(),
+                        Grant {
+                            owner: owner.to_owned(),
+                            token,
+                            ttl,
+                            expires_at: now + ttl,
+                            ended,
+                        },
+                    );
+                    state.record(name, owner, LeaseOp::Acquired(FencingToken(token)));
+                    Some(FencingToken(token))
+                }
+            }
+        };
+        if let Some(old) = expired {
+            old.ended.end("expired unrenewed; another owner took it");
+        }
+        Ok(result)
+    }
+}
+
+impl LeaseStore for ArbiterStore {
+    type Grant = ();
+
+    async fn try_acquire(
+        &self,
+        name: &str,
+        owner: &str,
+        settings: &LeaseSettings,
+        ended: GrantEnded,
+    ) -> Result<Option<(FencingToken, ())>, LeaseError> {
+        self.delay().await;
+        Ok(self
+            .grant(name, owner, settings.ttl(), ended)?
+            .map(|token| (token, ())))
+    }
+
+    async fn renew(
+        &self,
+        name: &str,
+        owner: &str,
+        token: FencingToken,
+        _grant: &(),
+        _settings: &LeaseSettings,
+    ) -> Result<(), RenewError> {
+        let mut state = self.state.lock();
+        if state.cut_off.contains(owner) {
+            return Err(RenewError::Failed("arbiter unreachable".to_owned()));
+        }
+        let now = Instant::now();
+        match state.grants.get_mut(name) {
+            Some(grant) if grant.owner == owner && grant.token == token.0 => {
+                grant.expires_at = now + grant.ttl;
+                Ok(())
+            }
+            _ => Err(RenewError::Gone("the grant is gone".to_owned())),
+        }
+    }
+
+    async fn release(
+        &self,
+        name: &str,
+        owner: &str,
+        token: FencingToken,
+        _grant: &(),
+    ) -> Result<(), LeaseError> {
+        self.delay().await;
+        let mut state = self.state.lock();
+        if state.cut_off.contains(owner) {
+            state.record(name, owner, LeaseOp::Unreachable);
+            return Err(unreachable(name));
+        }
+        if state
+            .grants
+            .get(name)
+            .is_some_and(|g| g.owner == owner && g.token == token.0)
+            && let Some(grant) = state.grants.remove(name)
+        {
+            state.record(name, owner, LeaseOp::Released(FencingToken(grant.token)));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::{LeaseLost, LeaseLostCallback};
+
+    fn counter() -> (LeaseLostCallback, Arc<Mutex<Vec<LeaseLost>>>) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&seen);
+        (Box::new(move |lost| sink.lock().push(lost)), seen)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_holder_at_a_time_with_increasing_tokens() {
+        let arbiter = InMemoryLeaseArbiter::new(Duration::from_secs(3));
+        let a = arbiter.lease("s", "a");
+        let b = arbiter.lease("s", "b");
+        let (cb, _) = counter();
+        let t1 = a.acquire(cb).await.unwrap().expect("free lease is granted");
+        let (cb, _) = counter();
+        assert_eq!(b.acquire(cb).await.unwrap(), None, "held by a");
+        assert!(a.holds() && !b.holds());
+        a.release().await.unwrap();
+        assert!(!a.holds());
+        let (cb, _) = counter();
+        let t2 = b
+            .acquire(cb)
+            .await
+            .unwrap()
+            .expect("released lease is granted");
+        assert!(t2 > t1, "{t2} after {t1}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_holder_renews_and_keeps_the_lease_past_its_ttl() {
+        let arbiter = InMemoryLeaseArbiter::new(Duration::from_secs(3));
+        let a = arbiter.lease("s", "a");
+        let (cb, lost) = counter();
+        a.acquire(cb).await.unwrap().unwrap();
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert!(a.holds());
+        assert!(lost.lock().is_empty());
+        assert_eq!(arbiter.holder("s").map(|(o, _)| o), Some("a".to_owned()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn revocation_and_cut_off_are_reported_once_through_the_callback() {
+        let arbiter = InMemoryLeaseArbiter::new(Duration::from_secs(3));
+        let a = arbiter.lease("s", "a");
+        let (cb, lost) = counter();
+        a.acquire(cb).await.unwrap().unwrap();
+        arbiter.revoke("s");
+        assert_eq!(lost.lock().len(), 1);
+        assert!(!a.holds());
+
+        let (cb, lost) = counter();
+        a.acquire(cb).await.unwrap().unwrap();
+        arbiter.cut_off("a");
+        // Lost at ttl - renew (2 s) after the acquire was sent, the last confirmed send.
+        tokio::time::sleep(Duration::from_millis(1990)).await;
+        assert!(
+            a.holds() && lost.lock().is_empty(),
+            "held until the deadline"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(lost.lock().len(), 1, "no renewal confirmed for ttl - renew");
+        assert!(!a.holds());
+        let b = arbiter.lease("s", "b");
+        let (cb, _) = counter();
+        assert_eq!(b.acquire(cb).await.unwrap(), None, "not expired yet");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let (cb, _) = counter();
+        assert!(
+            b.acquire(cb).await.unwrap().is_some(),
+            "expired, taken over"
+        );
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(lost.lock().len(), 1, "the takeover is not a second report");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_released_grant_is_not_reported_lost_when_another_owner_takes_the_lease() {
+        let arbiter = InMemoryLeaseArbiter::new(Duration::from_secs(3));
+        let a = arbiter.lease("s", "a");
+        let (cb, lost) = counter();
+        a.acquire(cb).await.unwrap().unwrap();
+        a.release().await.unwrap();
+        let b = arbiter.lease("s", "b");
+        let (cb, _) = counter();
+        b.acquire(cb).await.unwrap().unwrap();
+        arbiter.revoke("s");
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert!(lost.lock().is_empty());
+    }
+}

@@ -1,0 +1,52 @@
+//! Troupe's leases and actor directory, with no network I/O and no actor runtime.
+//!
+//! - [`lease`]: the [`Lease`](lease::Lease) trait (at most one holder cluster-wide), its
+//!   [`LeaseSettings`](lease::LeaseSettings) and limits, typed errors, the
+//!   [`LeaseProvider`](lease::LeaseProvider) that makes handles, the in-memory arbiter, and the
+//!   one held-grant / renewal / loss-deadline machine every backend uses: a backend implements
+//!   only its store operations ([`lease::store::LeaseStore`]) and gets its handle from
+//!   [`lease::store::GrantedLease`].
+//! - [`directory`]: the [`Directory`](directory::Directory) (which host owns an actor id) and
+//!   the in-memory directory.
+//! - `testing` (feature `testing`): the conformance suite every backend passes, and
+//!   `conformance_tests!` to write one test per case.
+//!
+//! The actor runtime re-exports both modules as `troupe::lease` and `troupe::directory`; the
+//! etcd, PostgreSQL and control-plane backends are in `troupe-coordination`, the Kubernetes
+//! Lease in `troupe-kubernetes`.
+
+pub mod directory;
+pub mod lease;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+/// Check one name against the shared limits; the error names `what`, what was wrong, and what
+/// is allowed (without echoing an over-long value whole).
+fn check_name(what: &str, value: &str) -> Result<(), String> {
+    if value.is_empty() {
+        return Err(format!("{what} must not be empty"));
+    }
+    if value.len() > lease::MAX_NAME_BYTES {
+        return Err(format!(
+            "{what} {:?} is {} bytes long; at most {} bytes are allowed",
+            shorten(value),
+            value.len(),
+            lease::MAX_NAME_BYTES
+        ));
+    }
+    if let Some(c) = value.chars().find(|c| c.is_control()) {
+        return Err(format!(
+            "{what} {value:?} contains the control character {c:?}; only printable characters are allowed"
+        ));
+    }
+    Ok(())
+}
+
+/// `value`, or its first 32 characters and `…` when it is longer.
+fn shorten(value: &str) -> String {
+    const SHOWN: usize = 32;
+    match value.char_indices().nth(SHOWN) {
+        Some((end, _)) => format!("{}…", &value[..end]),
+        None => value.to_owned(),
+    }
+}
