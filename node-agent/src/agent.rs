@@ -46,7 +46,7 @@ use troupe::cluster::{
 use troupe::directory::Directory;
 use troupe::lease::{LeaseProvider, LeaseSettings};
 use troupe::singleton::{SingletonKey, SingletonProxy, StartSingletonOptions};
-use troupe::transport::{ClusterSecret, TcpTransportConfig};
+use troupe::transport::{ClusterSecret, TcpTransportOptions};
 use troupe::{Actor, ActorSystem};
 
 use crate::backends::{self, MembershipChoice, SingletonLeases};
@@ -256,7 +256,7 @@ impl AgentBuilder {
             .advertised_host
             .clone()
             .unwrap_or_else(|| config.bind.ip().to_string());
-        let transport_config = TcpTransportConfig::new(&config.system, config.bind, secret)
+        let transport_config = TcpTransportOptions::new(&config.system, config.bind, secret)
             .with_advertised_host(&host)
             .with_incarnation(config.incarnation.unwrap_or_else(rand::random));
         let gossip = matches!(membership_choice, MembershipChoice::Gossip(_));

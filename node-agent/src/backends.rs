@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use troupe::cluster::{MembershipProvider, MembershipSettings};
+use troupe::cluster::{MembershipOptions, MembershipProvider};
 use troupe::directory::Directory;
 use troupe::lease::{LeaseProvider, LeaseSettings};
 use troupe_coordination::etcd::{EtcdDirectory, EtcdLeases};
@@ -28,7 +28,7 @@ pub const POSTGRES_SCHEMA: &str = "troupe_coordination";
 /// Who decides membership.
 pub enum MembershipChoice {
     /// Gossip with these settings (the agent binds the transport and wires the frames).
-    Gossip(MembershipSettings),
+    Gossip(MembershipOptions),
     /// Any provider: Kubernetes Leases, etcd, or the application's own.
     Provider(Box<dyn MembershipProvider>),
 }
@@ -85,13 +85,13 @@ pub struct Backends {
 
 /// Gossip membership settings from the command line.
 #[must_use]
-pub fn gossip_settings(config: &AgentConfig) -> MembershipSettings {
-    MembershipSettings {
+pub fn gossip_settings(config: &AgentConfig) -> MembershipOptions {
+    MembershipOptions {
         seeds: config.seeds.clone(),
         roles: config.roles.iter().cloned().collect::<BTreeSet<_>>(),
         down_after: (config.down_after_ms > 0).then(|| Duration::from_millis(config.down_after_ms)),
         downing: config.downing_kind().downing(),
-        ..MembershipSettings::default()
+        ..MembershipOptions::default()
     }
 }
 

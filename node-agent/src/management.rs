@@ -8,6 +8,7 @@
 //! | `/metrics`              | Prometheus text 0.0.4, or OpenMetrics 1.0.0 when `Accept` asks for `application/openmetrics-text` (see `metrics.rs`); `Vary: Accept` |
 //!
 //! | `/cluster/members[/{address}]` | Akka Management's cluster routes, this node's view (see `management/cluster.rs`); mutations opt-in with `--management-token` |
+//! | `/cluster/singletons[/{name}]` | each singleton manager's state on this node (hosting since when, awaited acknowledgments, lease phase, held messages, latched out) |
 //!
 //! From stop-begin (draining) on, every response carries `Connection: close`, so keep-alive
 //! connections that survived endpoint removal do not ride into the exiting process.
@@ -38,6 +39,9 @@ mod cluster;
 
 /// Akka Management's members route.
 pub const MEMBERS_PATH: &str = "/cluster/members";
+
+/// Each singleton manager's state on this node.
+pub const SINGLETONS_PATH: &str = "/cluster/singletons";
 
 /// The largest form body a member operation reads.
 const MAX_FORM_BYTES: usize = 4 * 1024;
@@ -190,7 +194,27 @@ async fn route(request: Request<Incoming>, sources: &Sources) -> Response<Body> 
     if path == MEMBERS_PATH || path.starts_with("/cluster/members/") {
         return cluster_route(request, sources).await;
     }
-    let known = [LIVENESS_PATH, READINESS_PATH, METRICS_PATH, MEMBERS_PATH];
+    if path == SINGLETONS_PATH || path.starts_with("/cluster/singletons/") {
+        if request.method() != Method::GET && request.method() != Method::HEAD {
+            return method_not_allowed(path, request.method(), "GET, HEAD");
+        }
+        let name = path
+            .strip_prefix(SINGLETONS_PATH)
+            .unwrap_or("")
+            .trim_start_matches('/');
+        return if name.is_empty() {
+            json((200, cluster::singletons(&sources.cluster).await))
+        } else {
+            json(cluster::singleton(&sources.cluster, name).await)
+        };
+    }
+    let known = [
+        LIVENESS_PATH,
+        READINESS_PATH,
+        METRICS_PATH,
+        MEMBERS_PATH,
+        SINGLETONS_PATH,
+    ];
     if !known.contains(&path) {
         let body = serde_json::json!({
             "error": format!("no endpoint at `{path}`; the agent serves {}", known.join(", ")),

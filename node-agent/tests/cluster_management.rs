@@ -3,7 +3,9 @@
 //! `observedBy`, `nodeUid` as a string), finds one member by its full address raw or
 //! percent-encoded, refuses member operations without `--management-token` (403) or without the
 //! bearer token (401), answers an unknown operation 400 and an unknown member 404 as Akka does,
-//! and with the token downs an unreachable member, which then leaves the view.
+//! and with the token downs an unreachable member, which then leaves the view. With the demo
+//! workload, each node says what its singleton manager is doing: exactly one hosts, since
+//! when, both elect the same host, nobody waits for acknowledgments once it settled.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -32,8 +34,13 @@ struct AgentProcess {
 
 impl AgentProcess {
     fn start(port: u16, seed: u16, token: Option<&str>) -> Self {
+        Self::start_with(port, seed, token, &[])
+    }
+
+    fn start_with(port: u16, seed: u16, token: Option<&str>, extra: &[&str]) -> Self {
         let mut command = Command::new(env!("CARGO_BIN_EXE_troupe-agent"));
         command
+            .args(extra)
             .args(["--system", "mgmt", "--secret", SECRET])
             .args(["--bind", &format!("127.0.0.1:{port}")])
             .args(["--seed", &format!("troupe://mgmt@127.0.0.1:{seed}")])
@@ -285,4 +292,79 @@ async fn each_agent_serves_its_own_view_in_akkas_shapes_and_downs_only_with_its_
     })
     .await;
     drop(second);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_node_tells_whether_its_singleton_manager_hosts_since_when_and_what_it_waits_for() {
+    let client = reqwest::Client::new();
+    let started_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let (first_port, second_port) = (free_port(), free_port());
+    let first = AgentProcess::start_with(first_port, first_port, None, &["--demo"]);
+    let second = AgentProcess::start_with(second_port, first_port, None, &["--demo"]);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let (a, b) = loop {
+        let (_, a) = get(&client, format!("{}/cluster/singletons", first.management)).await;
+        let (_, b) = get(&client, format!("{}/cluster/singletons", second.management)).await;
+        let settled = |view: &Value| {
+            view["singletons"].as_array().is_some_and(|list| {
+                list.len() == 1
+                    && list[0]["managerActive"] == true
+                    && list[0]["awaitingAcknowledgments"] == serde_json::json!([])
+                    && !list[0]["electedHost"].is_null()
+            })
+        };
+        let one_host = [&a, &b]
+            .iter()
+            .filter(|v| v["singletons"][0]["hosting"] == true)
+            .count()
+            == 1;
+        if settled(&a)
+            && settled(&b)
+            && one_host
+            && a["singletons"][0]["electedHost"] == b["singletons"][0]["electedHost"]
+        {
+            break (a, b);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the singleton never settled on one host: {a:#} {b:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(a["selfNode"], first.address.as_str());
+    let (host, other) = if a["singletons"][0]["hosting"] == true {
+        (&a, &b)
+    } else {
+        (&b, &a)
+    };
+    let hosting = &host["singletons"][0];
+    assert_eq!(
+        hosting["electedHost"], host["selfNode"],
+        "it hosts where it is elected"
+    );
+    let since = hosting["hostingSinceMs"].as_u64().expect("hosting since");
+    assert!(since >= started_ms, "{since} vs {started_ms}");
+    assert_eq!(hosting["lease"], Value::Null, "gossip membership: no lease");
+    assert_eq!(hosting["latchedOut"], false);
+    assert!(hosting["heldMessages"].is_u64());
+    assert_eq!(other["singletons"][0]["hostingSinceMs"], Value::Null);
+    let name = hosting["name"].as_str().unwrap().to_owned();
+    let (status, one) = get(
+        &client,
+        format!("{}/cluster/singletons/{name}", first.management),
+    )
+    .await;
+    assert_eq!(status, 200, "{one}");
+    assert_eq!(one["name"], name.as_str());
+    let (status, missing) = get(
+        &client,
+        format!("{}/cluster/singletons/no-such-singleton", first.management),
+    )
+    .await;
+    assert_eq!(status, 404, "{missing}");
+    drop(second);
+    drop(first);
 }

@@ -27,6 +27,7 @@ use crate::singleton::{
 pub struct Event {
     /// When it happened on the reporting node (Unix epoch milliseconds).
     #[cfg_attr(feature = "openapi", schema(minimum = -9223372036854775808i64, maximum = 9223372036854775807i64))]
+    #[serde(deserialize_with = "crate::wire::i64_number::deserialize")]
     pub at_ms: i64,
     /// What happened.
     #[serde(flatten)]

@@ -19,6 +19,7 @@ use crate::identity::AgentIdentity;
 pub struct ReportBatch {
     /// The wire-format version the agent speaks ([`crate::PROTOCOL_VERSION`]).
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1))]
+    #[serde(deserialize_with = "crate::wire::u32_number::deserialize")]
     pub version: u32,
     /// Who is reporting.
     pub identity: AgentIdentity,
@@ -28,6 +29,7 @@ pub struct ReportBatch {
     pub sequence: u64,
     /// When the agent sent (first sent) this batch, Unix epoch milliseconds.
     #[cfg_attr(feature = "openapi", schema(minimum = -9223372036854775808i64, maximum = 9223372036854775807i64))]
+    #[serde(deserialize_with = "crate::wire::i64_number::deserialize")]
     pub sent_at_ms: i64,
     /// Events in the order they happened on the agent.
     #[serde(default)]
@@ -46,6 +48,7 @@ pub struct ReportBatch {
 pub struct DepthTick {
     /// When the tick sampled, Unix epoch milliseconds.
     #[cfg_attr(feature = "openapi", schema(minimum = -9223372036854775808i64, maximum = 9223372036854775807i64))]
+    #[serde(deserialize_with = "crate::wire::i64_number::deserialize")]
     pub at_ms: i64,
     /// One sample per routed or named actor on the reporting node.
     pub samples: Vec<DepthSample>,
@@ -62,6 +65,7 @@ pub struct DepthSample {
     pub router: Option<String>,
     /// Messages queued in its mailbox.
     #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 4294967295u32))]
+    #[serde(deserialize_with = "crate::wire::u32_number::deserialize")]
     pub depth: u32,
 }
 

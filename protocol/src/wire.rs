@@ -33,7 +33,9 @@ impl Visitor<'_> for U64Visitor {
     }
 
     fn visit_f64<E: de::Error>(self, value: f64) -> Result<u64, E> {
-        Err(E::invalid_value(de::Unexpected::Float(value), &self))
+        integral(value)
+            .and_then(|v| u64::try_from(v).ok())
+            .ok_or_else(|| E::invalid_value(de::Unexpected::Float(value), &self))
     }
 
     fn visit_str<E: de::Error>(self, value: &str) -> Result<u64, E> {
@@ -46,6 +48,73 @@ impl Visitor<'_> for U64Visitor {
             .map_err(|_| E::invalid_value(de::Unexpected::Str(value), &self))
     }
 }
+
+/// The integer a JSON number with a zero fraction (`7.0`, as some JSON writers put integers)
+/// stands for: only within ±2^53, where every integer has its own float (a larger one may be
+/// the rounding of another number, such as an out-of-range `-9223372036854775809`).
+fn integral(value: f64) -> Option<i128> {
+    const EXACT: f64 = 9_007_199_254_740_992.0;
+    (value.is_finite() && value.fract() == 0.0 && value.abs() <= EXACT).then_some(value as i128)
+}
+
+macro_rules! integral_module {
+    ($(#[$doc:meta])* $module:ident, $int:ty) => {
+        $(#[$doc])*
+        pub mod $module {
+            use std::fmt;
+
+            use serde::Deserializer;
+            use serde::de::{self, Visitor};
+
+            struct IntVisitor;
+
+            impl Visitor<'_> for IntVisitor {
+                type Value = $int;
+
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    write!(f, "an integer between {} and {}", <$int>::MIN, <$int>::MAX)
+                }
+
+                fn visit_u64<E: de::Error>(self, value: u64) -> Result<$int, E> {
+                    <$int>::try_from(value)
+                        .map_err(|_| E::invalid_value(de::Unexpected::Unsigned(value), &self))
+                }
+
+                fn visit_i64<E: de::Error>(self, value: i64) -> Result<$int, E> {
+                    <$int>::try_from(value)
+                        .map_err(|_| E::invalid_value(de::Unexpected::Signed(value), &self))
+                }
+
+                fn visit_f64<E: de::Error>(self, value: f64) -> Result<$int, E> {
+                    super::integral(value)
+                        .and_then(|v| <$int>::try_from(v).ok())
+                        .ok_or_else(|| E::invalid_value(de::Unexpected::Float(value), &self))
+                }
+            }
+
+            /// Reads an integer, also written with a zero fraction (`7.0`).
+            ///
+            /// # Errors
+            /// A fraction, a value out of range, or anything but a number.
+            pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<$int, D::Error> {
+                deserializer.deserialize_any(IntVisitor)
+            }
+        }
+    };
+}
+
+integral_module!(
+    /// An `i64` JSON number, also written with a zero fraction (`1700000000000.0`): JSON Schema
+    /// counts those as integers.
+    i64_number,
+    i64
+);
+
+integral_module!(
+    /// A `u32` JSON number, also written with a zero fraction (`3.0`).
+    u32_number,
+    u32
+);
 
 /// A `u64` written as a decimal string, read from a string or a number.
 pub mod u64_string {
@@ -136,44 +205,68 @@ pub mod option_u64_string {
     }
 }
 
-/// Regular expression of the decimal texts of `min..=max` (`min` 0 or 1), leading zeros
-/// allowed as the parser allows them: `^0*(?:…)$`.
+/// Regular expression of the decimal texts of `min..=max`, leading zeros allowed as the
+/// parser allows them: `^0*(?:…)$`.
 #[must_use]
 pub fn decimal_pattern(min: u64, max: u64) -> String {
-    let digits: Vec<u8> = max.to_string().into_bytes();
-    let len = digits.len();
     let mut alternatives = Vec::new();
     if min == 0 {
         alternatives.push("0".to_owned());
     }
-    if len > 1 {
-        alternatives.push(if len == 2 {
-            "[1-9]".to_owned()
+    let low = min.max(1);
+    if low <= max {
+        let (low, high) = (low.to_string(), max.to_string());
+        if low.len() == high.len() {
+            alternatives.push(same_length(low.as_bytes(), high.as_bytes()));
         } else {
-            format!("[1-9][0-9]{{0,{}}}", len - 2)
-        });
-    }
-    // Numbers of `len` digits at most `max`: equal to it up to position `i`, smaller there.
-    for i in 0..len {
-        let low = if i == 0 { b'1' } else { b'0' };
-        let high = digits[i];
-        if high > low {
-            let rest = len - 1 - i;
-            let tail = match rest {
-                0 => String::new(),
-                1 => "[0-9]".to_owned(),
-                n => format!("[0-9]{{{n}}}"),
-            };
-            alternatives.push(format!(
-                "{}[{}-{}]{tail}",
-                String::from_utf8_lossy(&digits[..i]),
-                low as char,
-                (high - 1) as char
+            alternatives.push(same_length(
+                low.as_bytes(),
+                "9".repeat(low.len()).as_bytes(),
             ));
+            for len in low.len() + 1..high.len() {
+                alternatives.push(format!("[1-9]{}", any_digits(len - 1)));
+            }
+            let first = format!("1{}", "0".repeat(high.len() - 1));
+            alternatives.push(same_length(first.as_bytes(), high.as_bytes()));
         }
     }
-    alternatives.push(String::from_utf8_lossy(&digits).into_owned());
     format!("^0*(?:{})$", alternatives.join("|"))
+}
+
+fn any_digits(n: usize) -> String {
+    match n {
+        0 => String::new(),
+        1 => "[0-9]".to_owned(),
+        n => format!("[0-9]{{{n}}}"),
+    }
+}
+
+/// The numbers `low..=high` written with the same number of digits.
+fn same_length(low: &[u8], high: &[u8]) -> String {
+    if low.iter().all(|&d| d == b'0') && high.iter().all(|&d| d == b'9') {
+        return any_digits(low.len());
+    }
+    let n = low.len() - 1;
+    let (a, b) = (low[0], high[0]);
+    if n == 0 {
+        return format!("[{}-{}]", a as char, b as char);
+    }
+    if a == b {
+        return format!("{}{}", a as char, same_length(&low[1..], &high[1..]));
+    }
+    let nines = vec![b'9'; n];
+    let zeros = vec![b'0'; n];
+    let mut parts = vec![format!("{}{}", a as char, same_length(&low[1..], &nines))];
+    if a + 1 < b {
+        parts.push(format!(
+            "[{}-{}]{}",
+            (a + 1) as char,
+            (b - 1) as char,
+            any_digits(n)
+        ));
+    }
+    parts.push(format!("{}{}", b as char, same_length(&zeros, &high[1..])));
+    format!("(?:{})", parts.join("|"))
 }
 
 /// OpenAPI schemas of the wire format's 64-bit integers (feature `openapi`), as components
@@ -305,6 +398,8 @@ mod tests {
             serde_json::from_str(r#"{"value":15365700884095386388,"maybe":7}"#).unwrap();
         assert_eq!(numbers.value, 15_365_700_884_095_386_388);
         assert_eq!(numbers.maybe, Some(7));
+        let integral: Sample = serde_json::from_str(r#"{"value":7.0,"maybe":1e3}"#).unwrap();
+        assert_eq!((integral.value, integral.maybe), (7, Some(1000)));
         let absent: Sample = serde_json::from_str(r#"{"value":"0"}"#).unwrap();
         assert_eq!(absent.maybe, None);
         let null: Sample = serde_json::from_str(r#"{"value":"1","maybe":null}"#).unwrap();
@@ -316,16 +411,43 @@ mod tests {
     }
 
     #[test]
-    fn the_decimal_pattern_lists_shorter_numbers_then_each_smaller_digit_then_the_maximum() {
-        assert_eq!(
-            super::decimal_pattern(1, 120),
-            "^0*(?:[1-9][0-9]{0,1}|1[0-1][0-9]|120)$"
+    fn the_decimal_pattern_matches_exactly_the_texts_of_the_numbers_in_range() {
+        let cases = [
+            (0, u64::MAX),
+            (1, i64::MAX as u64),
+            (5, 86_400_000),
+            (0, 60_000),
+            (1, 120),
+            (0, 5),
+            (37, 42),
+            (300, 7_000),
+        ];
+        for (min, max) in cases {
+            let pattern = regex::Regex::new(&super::decimal_pattern(min, max)).unwrap();
+            let mut probes: Vec<u64> = (0..200).collect();
+            for edge in [min, max] {
+                probes.extend(edge.saturating_sub(120)..=edge.saturating_add(120));
+            }
+            probes.extend((0..64).map(|shift| 1u64 << shift));
+            probes.extend((1..20).map(|p| 10u64.pow(p) - 1));
+            for n in probes {
+                for text in [n.to_string(), format!("00{n}")] {
+                    assert_eq!(
+                        pattern.is_match(&text),
+                        (min..=max).contains(&n),
+                        "{text} against {min}..={max}: {pattern}"
+                    );
+                }
+            }
+            for bad in ["", "-1", "+1", "1.0", " 1", "1 ", "x"] {
+                assert!(!pattern.is_match(bad), "{bad:?} against {pattern}");
+            }
+        }
+        assert!(
+            !regex::Regex::new(&super::decimal_pattern(0, u64::MAX))
+                .unwrap()
+                .is_match("18446744073709551616")
         );
-        assert_eq!(
-            super::decimal_pattern(0, 500),
-            "^0*(?:0|[1-9][0-9]{0,1}|[1-4][0-9]{2}|500)$"
-        );
-        assert_eq!(super::decimal_pattern(0, 5), "^0*(?:0|[1-4]|5)$");
     }
 
     #[test]
@@ -333,6 +455,7 @@ mod tests {
         for bad in [
             r#"{"value":-1}"#,
             r#"{"value":1.5}"#,
+            r#"{"value":18446744073709551616.0}"#,
             r#"{"value":"-1"}"#,
             r#"{"value":"+1"}"#,
             r#"{"value":" 1"}"#,

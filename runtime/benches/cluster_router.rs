@@ -19,14 +19,14 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use troupe::Address;
-use troupe::cluster::{Cluster, MemberStatus, MembershipSettings};
+use troupe::cluster::{Cluster, MemberStatus, MembershipOptions};
 use troupe::cluster_router::{
     ClusterMailboxDepthAgent, ClusterRouter, ClusterRouterEvent, ClusterRouterOptions,
     RoutingTable, ServingDepths,
 };
 use troupe::remoting::RemoteMessage;
 use troupe::routing::{RoutingLogic, RoutingStrategy};
-use troupe::transport::{ClusterSecret, TcpTransportConfig};
+use troupe::transport::{ClusterSecret, TcpTransportOptions};
 use troupe::{Actor, ActorError, ActorRef, ActorSystem, Context, Props};
 
 #[derive(Serialize, Deserialize)]
@@ -157,15 +157,15 @@ async fn three_nodes() -> Vec<Node> {
     let mut seed = None;
     for index in 0..3 {
         let system = ActorSystem::new("bench").expect("system");
-        let config = TcpTransportConfig::new(
+        let config = TcpTransportOptions::new(
             "bench",
             "127.0.0.1:0".parse().expect("address"),
             ClusterSecret::new("benchmark-cluster-secret").expect("secret"),
         )
         .with_send_queue_capacity(64 * 1024);
-        let settings = MembershipSettings {
+        let settings = MembershipOptions {
             seeds: seed.iter().cloned().collect(),
-            ..MembershipSettings::default()
+            ..MembershipOptions::default()
         };
         let cluster = Cluster::builder(&system)
             .with_membership(settings)

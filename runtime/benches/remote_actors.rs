@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
-use troupe::cluster::{Cluster, MemberStatus, MembershipSettings};
+use troupe::cluster::{Cluster, MemberStatus, MembershipOptions};
 use troupe::remoting::{RemoteMessage, Remoting};
-use troupe::transport::{ClusterSecret, TcpTransport, TcpTransportConfig};
+use troupe::transport::{ClusterSecret, TcpTransport, TcpTransportOptions};
 use troupe::{Actor, ActorError, ActorRef, ActorSystem, Context, Props, ReplyTo};
 
 #[derive(Serialize, Deserialize)]
@@ -75,7 +75,7 @@ fn env_count(name: &str, default: usize) -> usize {
 async fn node(name: &str) -> (ActorSystem, Arc<Remoting>) {
     let system = ActorSystem::new(name).expect("system");
     let (tx, rx) = mpsc::channel(64 * 1024);
-    let config = TcpTransportConfig::new(
+    let config = TcpTransportOptions::new(
         "bench",
         "127.0.0.1:0".parse().expect("address"),
         ClusterSecret::new("benchmark-cluster-secret").expect("secret"),
@@ -161,14 +161,14 @@ async fn converge(nodes: usize) -> Duration {
     let mut seed = None;
     for _ in 0..nodes {
         let system = ActorSystem::new("bench").expect("system");
-        let config = TcpTransportConfig::new(
+        let config = TcpTransportOptions::new(
             "bench",
             "127.0.0.1:0".parse().expect("address"),
             ClusterSecret::new("benchmark-cluster-secret").expect("secret"),
         );
-        let settings = MembershipSettings {
+        let settings = MembershipOptions {
             seeds: seed.iter().cloned().collect(),
-            ..MembershipSettings::default()
+            ..MembershipOptions::default()
         };
         let cluster = Cluster::builder(&system)
             .with_membership(settings)
@@ -227,15 +227,15 @@ async fn run_node_process() {
         .parse()
         .expect("seed address");
     let system = ActorSystem::new("bench").expect("system");
-    let config = TcpTransportConfig::new(
+    let config = TcpTransportOptions::new(
         "bench",
         "127.0.0.1:0".parse().expect("address"),
         ClusterSecret::new("benchmark-cluster-secret").expect("secret"),
     )
     .with_incarnation(rand::random());
-    let settings = MembershipSettings {
+    let settings = MembershipOptions {
         seeds: vec![seed],
-        ..MembershipSettings::default()
+        ..MembershipOptions::default()
     };
     let cluster = Cluster::builder(&system)
         .with_membership(settings)
@@ -310,7 +310,7 @@ async fn remote_tell_two_processes(messages: u64) -> f64 {
 /// (default settings: heartbeat 500 ms, acceptable pause 1 s, threshold 8, down_after 5 s).
 async fn sigkill_detection() -> (Duration, Duration) {
     let system = ActorSystem::new("bench").expect("system");
-    let config = TcpTransportConfig::new(
+    let config = TcpTransportOptions::new(
         "bench",
         "127.0.0.1:0".parse().expect("address"),
         ClusterSecret::new("benchmark-cluster-secret").expect("secret"),

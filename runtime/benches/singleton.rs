@@ -17,11 +17,11 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use troupe::Address;
-use troupe::cluster::{Cluster, ClusterEvent, MemberStatus, MembershipSettings};
+use troupe::cluster::{Cluster, ClusterEvent, MemberStatus, MembershipOptions};
 use troupe::remoting::RemoteMessage;
 use troupe::singleton::ClusterSingleton;
 use troupe::singleton::{SingletonKey, SingletonProxy, StartSingletonOptions};
-use troupe::transport::{ClusterSecret, TcpTransport, TcpTransportConfig};
+use troupe::transport::{ClusterSecret, TcpTransport, TcpTransportOptions};
 use troupe::{Actor, ActorError, ActorRef, ActorSystem, Context, Props, ReplyTo};
 
 #[derive(Serialize, Deserialize)]
@@ -96,16 +96,16 @@ struct Node {
 
 async fn node(seed: Option<&Address>) -> Node {
     let system = ActorSystem::new("bench").expect("system");
-    let config = TcpTransportConfig::new(
+    let config = TcpTransportOptions::new(
         "bench",
         "127.0.0.1:0".parse().expect("address"),
         ClusterSecret::new("benchmark-cluster-secret").expect("secret"),
     )
     .with_incarnation(rand::random())
     .with_send_queue_capacity(64 * 1024);
-    let settings = MembershipSettings {
+    let settings = MembershipOptions {
         seeds: seed.into_iter().cloned().collect(),
-        ..MembershipSettings::default()
+        ..MembershipOptions::default()
     };
     let cluster = Cluster::builder(&system)
         .with_membership(settings)

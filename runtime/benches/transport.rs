@@ -14,7 +14,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use troupe::transport::frame::{Decoded, FrameDecoder, encode_frame};
-use troupe::transport::{ClusterSecret, InboundFrame, TcpTransport, TcpTransportConfig, Transport};
+use troupe::transport::{
+    ClusterSecret, InboundFrame, TcpTransport, TcpTransportOptions, Transport,
+};
 
 const PAYLOAD: &[u8; 64] = &[0xA5; 64];
 const MAX_FRAME: usize = 1024 * 1024;
@@ -28,7 +30,7 @@ fn env_count(name: &str, default: usize) -> usize {
 
 async fn transport(capacity: usize) -> (Arc<TcpTransport>, mpsc::Receiver<InboundFrame>) {
     let (tx, rx) = mpsc::channel(capacity);
-    let config = TcpTransportConfig::new(
+    let config = TcpTransportOptions::new(
         "bench",
         "127.0.0.1:0".parse().expect("address"),
         ClusterSecret::new("benchmark-cluster-secret").expect("secret"),

@@ -16,7 +16,7 @@ use tokio::sync::Notify;
 
 use crate::dead_letter::{DeadLetter, DeadLetterReason};
 use crate::death_watch::Terminated;
-use crate::mailbox::{DepthSource, Mailbox, MailboxConfig, Refused};
+use crate::mailbox::{DepthSource, Mailbox, MailboxOptions, Refused};
 use crate::path::ActorPath;
 use crate::system::SystemShared;
 
@@ -183,7 +183,7 @@ pub(crate) struct Cell<M> {
 }
 
 impl<M: Send + 'static> Cell<M> {
-    pub(crate) fn new(path: ActorPath, config: MailboxConfig, system: Arc<SystemShared>) -> Self {
+    pub(crate) fn new(path: ActorPath, config: MailboxOptions, system: Arc<SystemShared>) -> Self {
         Self {
             id: ActorId::next(),
             path,

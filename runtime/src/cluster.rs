@@ -37,9 +37,9 @@ pub use builder::{ClusterBuilder, DEFAULT_INBOUND_CAPACITY};
 pub use daemon::GossipMembership;
 pub use error::ClusterError;
 pub use events::{ClusterEvent, ClusterView};
-pub use failure_detector::FailureDetectorSettings;
+pub use failure_detector::FailureDetectorOptions;
 pub use member::{Member, MemberStatus};
-pub use membership::{Downing, MembershipSettings, SettingsError};
+pub use membership::{Downing, MembershipOptions, OptionsError};
 pub use provider::{Departure, MembershipControl, MembershipProvider, ViewSink};
 
 pub(crate) use events::diff;

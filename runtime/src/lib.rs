@@ -83,7 +83,7 @@ pub use context::{Context, TimerHandle, Watchable};
 pub use dead_letter::{DeadLetter, DeadLetterReason, DeadLetters};
 pub use death_watch::Terminated;
 pub use event_stream::{EventStream, Subscription, SubscriptionId};
-pub use mailbox::{MailboxConfig, MailboxDepth};
+pub use mailbox::{MailboxDepth, MailboxOptions};
 pub use path::{ActorPath, InvalidName, SCHEME, validate_name};
 pub use props::Props;
 pub use supervision::{Directive, RestartHistory, SupervisorStrategy, decide};

@@ -29,7 +29,7 @@ use parking_lot::Mutex;
 
 /// How many user messages a mailbox may hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum MailboxConfig {
+pub enum MailboxOptions {
     /// No limit (the default): a tell never fails because the actor is slow.
     #[default]
     Unbounded,
@@ -37,7 +37,7 @@ pub enum MailboxConfig {
     Bounded(usize),
 }
 
-impl MailboxConfig {
+impl MailboxOptions {
     /// A bounded mailbox of `capacity` messages (at least 1).
     #[must_use]
     pub fn bounded(capacity: usize) -> Self {
@@ -126,7 +126,7 @@ impl<U, S> Lanes<U, S> {
 }
 
 impl<U, S> Mailbox<U, S> {
-    pub(crate) fn new(config: MailboxConfig) -> Self {
+    pub(crate) fn new(config: MailboxOptions) -> Self {
         Self {
             lanes: Mutex::new(Lanes {
                 user: VecDeque::new(),
@@ -218,7 +218,7 @@ mod tests {
 
     #[tokio::test]
     async fn system_messages_are_served_before_user_messages() {
-        let mailbox: Mailbox<u32, &str> = Mailbox::new(MailboxConfig::Unbounded);
+        let mailbox: Mailbox<u32, &str> = Mailbox::new(MailboxOptions::Unbounded);
         mailbox.push_user(1).unwrap();
         mailbox.push_system("stop").unwrap();
         let first = poll_fn(|cx| mailbox.poll_next(cx, true)).await;
@@ -229,7 +229,7 @@ mod tests {
 
     #[test]
     fn depth_counts_queued_messages_and_reads_zero_after_close() {
-        let mailbox: Mailbox<u32, ()> = Mailbox::new(MailboxConfig::Unbounded);
+        let mailbox: Mailbox<u32, ()> = Mailbox::new(MailboxOptions::Unbounded);
         for i in 0..5 {
             mailbox.push_user(i).unwrap();
         }
@@ -243,7 +243,7 @@ mod tests {
 
     #[test]
     fn bounded_mailbox_refuses_past_capacity_and_gives_the_message_back() {
-        let mailbox: Mailbox<u32, ()> = Mailbox::new(MailboxConfig::bounded(2));
+        let mailbox: Mailbox<u32, ()> = Mailbox::new(MailboxOptions::bounded(2));
         mailbox.push_user(1).unwrap();
         mailbox.push_user(2).unwrap();
         assert!(matches!(mailbox.push_user(3), Err(Refused::Full(3))));
@@ -255,7 +255,7 @@ mod tests {
     #[test]
     fn concurrent_senders_lose_nothing_across_a_close() {
         for _ in 0..20 {
-            let mailbox: Arc<Mailbox<u64, ()>> = Arc::new(Mailbox::new(MailboxConfig::Unbounded));
+            let mailbox: Arc<Mailbox<u64, ()>> = Arc::new(Mailbox::new(MailboxOptions::Unbounded));
             let refused = Arc::new(AtomicUsize::new(0));
             let senders: Vec<_> = (0..4)
                 .map(|_| {

@@ -3,25 +3,25 @@
 use std::fmt;
 
 use crate::actor::Actor;
-use crate::mailbox::MailboxConfig;
+use crate::mailbox::MailboxOptions;
 use crate::supervision::SupervisorStrategy;
 
 /// The recipe for an actor: a factory (called again on every restart), a mailbox kind and a
 /// supervisor strategy.
 ///
 /// ```
-/// # use troupe::{Props, MailboxConfig, SupervisorStrategy, Actor, ActorError, Context};
+/// # use troupe::{Props, MailboxOptions, SupervisorStrategy, Actor, ActorError, Context};
 /// # use std::time::Duration;
 /// # #[derive(Default)] struct Worker;
 /// # impl Actor for Worker { type Msg = (); async fn handle(&mut self, _: (), _: &mut Context<Self>) -> Result<(), ActorError> { Ok(()) } }
 /// let props = Props::new(Worker::default)
-///     .with_mailbox(MailboxConfig::bounded(1_000))
+///     .with_mailbox(MailboxOptions::bounded(1_000))
 ///     .with_supervisor(SupervisorStrategy::restart().with_restart_budget(3, Duration::from_secs(10)));
 /// ```
 #[must_use]
 pub struct Props<A> {
     pub(crate) factory: Box<dyn FnMut() -> A + Send>,
-    pub(crate) mailbox: MailboxConfig,
+    pub(crate) mailbox: MailboxOptions,
     pub(crate) supervisor: SupervisorStrategy,
 }
 
@@ -40,13 +40,13 @@ impl<A: Actor> Props<A> {
     pub fn new(factory: impl FnMut() -> A + Send + 'static) -> Self {
         Self {
             factory: Box::new(factory),
-            mailbox: MailboxConfig::Unbounded,
+            mailbox: MailboxOptions::Unbounded,
             supervisor: SupervisorStrategy::default(),
         }
     }
 
     /// Use this mailbox kind.
-    pub fn with_mailbox(mut self, mailbox: MailboxConfig) -> Self {
+    pub fn with_mailbox(mut self, mailbox: MailboxOptions) -> Self {
         self.mailbox = mailbox;
         self
     }

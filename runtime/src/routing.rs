@@ -8,5 +8,5 @@ pub(crate) mod rendezvous;
 pub use logic::{
     HashedRouteeId, NO_READING, RouteeId, RoutingLogic, RoutingStrategy, Selection, UnknownStrategy,
 };
-pub use pool::{PoolRouter, PoolRouterConfig, RouterConfigError};
+pub use pool::{PoolRouter, PoolRouterError, PoolRouterOptions};
 pub use rendezvous::stable_hash;

@@ -471,6 +471,37 @@ impl ClusterSingleton {
         let _ = waiting.await;
     }
 
+    /// The names of the singletons this node has a manager or a proxy for, sorted.
+    #[must_use]
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .registry()
+            .entries
+            .lock()
+            .keys()
+            .map(ToString::to_string)
+            .collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// What this node's manager of the singleton named `type_name` reports, or `None` when
+    /// this node has none (diagnostics: "is the manager on this node active?").
+    pub async fn status_of(&self, type_name: &str) -> Option<ManagerStatus> {
+        let manager = self
+            .registry()
+            .entries
+            .lock()
+            .get(type_name)
+            .map(|e| e.manager.clone())?;
+        manager
+            .ask(|reply: ReplyTo<ManagerStatus>| {
+                ManagerMsg::internal(InternalMsg::Status { reply })
+            })
+            .await
+            .ok()
+    }
+
     /// What this node's manager of `key` reports, or `None` when this node has none.
     pub async fn status<M: RemoteMessage>(&self, key: &SingletonKey<M>) -> Option<ManagerStatus> {
         let manager = self

@@ -190,7 +190,7 @@ impl ActorSystem {
         let spawn_guardian = |name: &str| {
             let cell = Arc::new(Cell::<Never>::new(
                 shared.root.child(name),
-                crate::MailboxConfig::Unbounded,
+                crate::MailboxOptions::Unbounded,
                 Arc::clone(&shared),
             ));
             let mut props = Props::new(|| Guardian);

@@ -330,7 +330,7 @@ impl<A: Actor> Runner<A> {
 mod tests {
     use std::sync::Arc;
 
-    use crate::{Actor, ActorError, ActorSystem, Context, MailboxConfig, Props};
+    use crate::{Actor, ActorError, ActorSystem, Context, MailboxOptions, Props};
 
     struct Idle;
 
@@ -349,7 +349,7 @@ mod tests {
         let system = ActorSystem::new("sizes").unwrap();
         let cell = Arc::new(crate::cell::Cell::<()>::new(
             system.shared.root.child("idle"),
-            MailboxConfig::Unbounded,
+            MailboxOptions::Unbounded,
             Arc::clone(&system.shared),
         ));
         let task = super::run(cell, Props::new(|| Idle), None, false);

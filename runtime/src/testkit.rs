@@ -29,7 +29,7 @@ use std::time::Duration;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::cluster::{Cluster, ClusterView, MemberStatus, MembershipSettings};
+use crate::cluster::{Cluster, ClusterView, MemberStatus, MembershipOptions};
 use crate::system::ActorSystem;
 use crate::transport::SimNetwork;
 use crate::{Address, UniqueAddress};
@@ -52,7 +52,7 @@ pub struct SimCluster {
     seed: u64,
     rng: SmallRng,
     network: SimNetwork,
-    settings: MembershipSettings,
+    settings: MembershipOptions,
     nodes: Vec<SimNode>,
 }
 
@@ -80,13 +80,13 @@ impl SimCluster {
     /// the first seed node. Must run inside a tokio runtime.
     #[must_use]
     pub fn new(seed: u64) -> Self {
-        Self::with_settings(seed, MembershipSettings::default())
+        Self::with_settings(seed, MembershipOptions::default())
     }
 
     /// Like [`SimCluster::new`] with these membership settings (seeds and roles are set per
     /// node).
     #[must_use]
-    pub fn with_settings(seed: u64, settings: MembershipSettings) -> Self {
+    pub fn with_settings(seed: u64, settings: MembershipOptions) -> Self {
         let mut rng = SmallRng::seed_from_u64(seed);
         let network = SimNetwork::new(rng.random());
         Self {
@@ -142,7 +142,7 @@ impl SimCluster {
             incarnation: self.rng.random(),
         };
         let system = ActorSystem::new("sim").expect("valid system name");
-        let settings = MembershipSettings {
+        let settings = MembershipOptions {
             seeds: vec![sim_address(0)],
             roles: roles
                 .iter()

@@ -18,16 +18,16 @@ mod tcp;
 pub mod tls;
 pub mod version;
 
-pub use admission::{AdmissionSettings, AdmissionSettingsError};
+pub use admission::{AdmissionOptions, AdmissionOptionsError};
 pub use handshake::ClusterSecret;
 #[cfg(feature = "test-util")]
-pub use sim::{DropReason, LinkConfig, SimNetwork, SimTransport, TraceEvent, TraceOutcome};
+pub use sim::{DropReason, LinkOptions, SimNetwork, SimTransport, TraceEvent, TraceOutcome};
 pub use stats::{
     CloseReason, MAX_REFUSED_VERSION_RANGES, RefusedVersions, TransportStats,
     TransportStatsSnapshot,
 };
-pub use tcp::{LOG_INTERVAL, TcpTransport, TcpTransportConfig, TcpTransportError, WARN_BURST};
-pub use tls::{TlsConfig, TlsConfigError};
+pub use tcp::{LOG_INTERVAL, TcpTransport, TcpTransportError, TcpTransportOptions, WARN_BURST};
+pub use tls::{TlsOptions, TlsOptionsError};
 pub use version::{ProtocolVersions, VersionMismatch};
 
 use bytes::Bytes;

@@ -16,7 +16,7 @@ mod cluster_router {
         spawn_worker, wait_event, wait_routees,
     };
     use tokio::sync::mpsc;
-    use troupe::cluster::MembershipSettings;
+    use troupe::cluster::MembershipOptions;
     use troupe::cluster_router::{ClusterMailboxDepthAgent, ClusterRouterEvent};
     use troupe::routing::RoutingStrategy;
     use troupe::testkit::{SimCluster, sim_address};
@@ -74,9 +74,9 @@ mod cluster_router {
 
     #[tokio::test(start_paused = true)]
     async fn an_unreachable_member_is_not_routed_to_until_it_is_reachable_again() {
-        let settings = MembershipSettings {
+        let settings = MembershipOptions {
             down_after: None,
-            ..MembershipSettings::default()
+            ..MembershipOptions::default()
         };
         let mut sim = SimCluster::with_settings(42, settings);
         for _ in 0..3 {

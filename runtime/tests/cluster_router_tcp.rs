@@ -7,13 +7,13 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use troupe::Address;
-use troupe::cluster::{Cluster, MemberStatus, MembershipSettings};
+use troupe::cluster::{Cluster, MemberStatus, MembershipOptions};
 use troupe::cluster_router::{
     ClusterMailboxDepthAgent, ClusterRouter, ClusterRouterEvent, ClusterRouterOptions,
 };
 use troupe::remoting::RemoteMessage;
 use troupe::routing::RoutingStrategy;
-use troupe::transport::{ClusterSecret, TcpTransportConfig};
+use troupe::transport::{ClusterSecret, TcpTransportOptions};
 use troupe::{Actor, ActorError, ActorSystem, Context, Props};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -53,19 +53,19 @@ async fn three_nodes(
     let mut nodes: Vec<Node> = Vec::new();
     for _ in 0..3 {
         let system = ActorSystem::new("router-tcp").unwrap();
-        let config = TcpTransportConfig::new(
+        let config = TcpTransportOptions::new(
             "router-tcp",
             "127.0.0.1:0".parse().unwrap(),
             ClusterSecret::new("a shared secret of enough length").unwrap(),
         )
         .with_incarnation(rand::random());
-        let settings = MembershipSettings {
+        let settings = MembershipOptions {
             seeds: nodes
                 .first()
                 .map(|first| first.cluster.self_address().clone())
                 .into_iter()
                 .collect(),
-            ..MembershipSettings::default()
+            ..MembershipOptions::default()
         };
         let cluster = Cluster::builder(&system)
             .with_membership(settings)

@@ -7,8 +7,8 @@ mod helpers;
 use helpers::{Blocker, drain, gate, next_event, within};
 use tokio::sync::mpsc;
 use troupe::{
-    Actor, ActorError, ActorRef, ActorSystem, Context, DeadLetter, DeadLetterReason, MailboxConfig,
-    Props, ReplyTo,
+    Actor, ActorError, ActorRef, ActorSystem, Context, DeadLetter, DeadLetterReason,
+    MailboxOptions, Props, ReplyTo,
 };
 
 #[derive(Debug, Clone, PartialEq)]
@@ -64,7 +64,7 @@ impl Actor for Listener {
 fn listener(
     system: &ActorSystem,
     name: &str,
-    mailbox: MailboxConfig,
+    mailbox: MailboxOptions,
 ) -> (ActorRef<ListenerMsg>, mpsc::UnboundedReceiver<ListenerMsg>) {
     let (tx, rx) = mpsc::unbounded_channel();
     let actor = system
@@ -150,7 +150,7 @@ async fn dropping_the_subscription_unsubscribes() {
 #[tokio::test]
 async fn an_actor_subscriber_receives_events_as_its_own_message_type() {
     let system = ActorSystem::new("events").unwrap();
-    let (actor, mut seen) = listener(&system, "listener", MailboxConfig::Unbounded);
+    let (actor, mut seen) = listener(&system, "listener", MailboxOptions::Unbounded);
     system
         .event_stream()
         .subscribe_actor::<Announcement, _>(&actor);
@@ -175,7 +175,7 @@ async fn an_actor_subscriber_receives_events_as_its_own_message_type() {
 #[tokio::test]
 async fn unsubscribe_ends_an_actor_subscription() {
     let system = ActorSystem::new("events").unwrap();
-    let (actor, mut seen) = listener(&system, "listener", MailboxConfig::Unbounded);
+    let (actor, mut seen) = listener(&system, "listener", MailboxOptions::Unbounded);
     let id = system
         .event_stream()
         .subscribe_actor::<Announcement, _>(&actor);
@@ -198,8 +198,8 @@ async fn unsubscribe_ends_an_actor_subscription() {
 #[tokio::test]
 async fn an_actor_subscriber_is_dropped_once_it_has_died_without_dead_letters() {
     let system = ActorSystem::new("events").unwrap();
-    let (dead, _dead_seen) = listener(&system, "dead", MailboxConfig::Unbounded);
-    let (alive, mut alive_seen) = listener(&system, "alive", MailboxConfig::Unbounded);
+    let (dead, _dead_seen) = listener(&system, "dead", MailboxOptions::Unbounded);
+    let (alive, mut alive_seen) = listener(&system, "alive", MailboxOptions::Unbounded);
     let stream = system.event_stream();
     stream.subscribe_actor::<Announcement, _>(&dead);
     stream.subscribe_actor::<Announcement, _>(&alive);
@@ -228,11 +228,11 @@ async fn an_actor_subscriber_is_dropped_once_it_has_died_without_dead_letters() 
 #[tokio::test]
 async fn dead_letters_are_published_to_actor_subscribers() {
     let system = ActorSystem::new("events").unwrap();
-    let (watcher, mut seen) = listener(&system, "dead-letter-office", MailboxConfig::Unbounded);
+    let (watcher, mut seen) = listener(&system, "dead-letter-office", MailboxOptions::Unbounded);
     system
         .event_stream()
         .subscribe_actor::<DeadLetter, _>(&watcher);
-    let (gone, _) = listener(&system, "gone", MailboxConfig::Unbounded);
+    let (gone, _) = listener(&system, "gone", MailboxOptions::Unbounded);
     gone.stop();
     within("the recipient to terminate", gone.terminated()).await;
 
@@ -256,7 +256,7 @@ async fn dead_letters_are_published_to_actor_subscribers() {
 #[tokio::test]
 async fn a_dead_letter_subscriber_with_a_full_mailbox_does_not_feed_dead_letters_back() {
     let system = ActorSystem::new("events").unwrap();
-    let (office, mut seen) = listener(&system, "office", MailboxConfig::bounded(1));
+    let (office, mut seen) = listener(&system, "office", MailboxOptions::bounded(1));
     system
         .event_stream()
         .subscribe_actor::<DeadLetter, _>(&office);

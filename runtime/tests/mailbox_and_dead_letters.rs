@@ -10,7 +10,7 @@ use helpers::{Blocker, Gate, drain, gate, next_event, within};
 use tokio::sync::mpsc;
 use troupe::{
     Actor, ActorError, ActorRef, ActorSystem, AskError, Context, DeadLetter, DeadLetterReason,
-    MailboxConfig, Props, ReplyTo, SendError,
+    MailboxOptions, Props, ReplyTo, SendError,
 };
 
 struct Sink {
@@ -53,7 +53,7 @@ impl Actor for Sink {
     }
 }
 
-fn sink_props(mailbox: MailboxConfig) -> (Props<Sink>, mpsc::UnboundedReceiver<u32>) {
+fn sink_props(mailbox: MailboxOptions) -> (Props<Sink>, mpsc::UnboundedReceiver<u32>) {
     let (tx, rx) = mpsc::unbounded_channel();
     let props = Props::new(move || Sink {
         items: Vec::new(),
@@ -64,14 +64,14 @@ fn sink_props(mailbox: MailboxConfig) -> (Props<Sink>, mpsc::UnboundedReceiver<u
     (props, rx)
 }
 
-fn sink(system: &ActorSystem, mailbox: MailboxConfig) -> ActorRef<SinkMsg> {
+fn sink(system: &ActorSystem, mailbox: MailboxOptions) -> ActorRef<SinkMsg> {
     sink_with_items(system, mailbox).0
 }
 
 /// A sink at `/user/sink`, and the items it handles as they are handled.
 fn sink_with_items(
     system: &ActorSystem,
-    mailbox: MailboxConfig,
+    mailbox: MailboxOptions,
 ) -> (ActorRef<SinkMsg>, mpsc::UnboundedReceiver<u32>) {
     let (props, seen) = sink_props(mailbox);
     (system.spawn("sink", props).unwrap(), seen)
@@ -103,7 +103,7 @@ async fn items(actor: &ActorRef<SinkMsg>) -> Vec<u32> {
 #[tokio::test]
 async fn the_default_mailbox_is_unbounded() {
     let system = ActorSystem::new("mb").unwrap();
-    let actor = sink(&system, MailboxConfig::Unbounded);
+    let actor = sink(&system, MailboxOptions::Unbounded);
     let gate = hold(&actor).await;
 
     for n in 0..10_000 {
@@ -120,9 +120,9 @@ async fn the_default_mailbox_is_unbounded() {
 async fn a_full_bounded_mailbox_turns_the_next_message_into_a_mailbox_full_dead_letter() {
     let system = ActorSystem::new("mb").unwrap();
     let mut dead_letters = system.event_stream().subscribe::<DeadLetter>();
-    let (actor, mut seen) = sink_with_items(&system, MailboxConfig::bounded(2));
+    let (actor, mut seen) = sink_with_items(&system, MailboxOptions::bounded(2));
     let sender = system
-        .spawn("sender", sink_props(MailboxConfig::Unbounded).0)
+        .spawn("sender", sink_props(MailboxOptions::Unbounded).0)
         .unwrap();
     let gate = hold(&actor).await;
 
@@ -154,7 +154,7 @@ async fn a_full_bounded_mailbox_turns_the_next_message_into_a_mailbox_full_dead_
 #[tokio::test]
 async fn an_ask_into_a_full_bounded_mailbox_fails_as_undeliverable_mailbox_full() {
     let system = ActorSystem::new("mb").unwrap();
-    let actor = sink(&system, MailboxConfig::bounded(1));
+    let actor = sink(&system, MailboxOptions::bounded(1));
     let gate = hold(&actor).await;
     actor.tell(SinkMsg::Item(1));
 
@@ -175,7 +175,7 @@ async fn an_ask_into_a_full_bounded_mailbox_fails_as_undeliverable_mailbox_full(
 async fn system_messages_bypass_the_bound_so_a_full_actor_can_still_be_stopped() {
     let system = ActorSystem::new("mb").unwrap();
     let mut dead_letters = system.event_stream().subscribe::<DeadLetter>();
-    let actor = sink(&system, MailboxConfig::bounded(1));
+    let actor = sink(&system, MailboxOptions::bounded(1));
     let gate = hold(&actor).await;
     actor.tell(SinkMsg::Item(1));
 
@@ -192,7 +192,7 @@ async fn system_messages_bypass_the_bound_so_a_full_actor_can_still_be_stopped()
 async fn a_poison_pill_into_a_full_bounded_mailbox_is_dead_lettered_not_lost() {
     let system = ActorSystem::new("mb").unwrap();
     let mut dead_letters = system.event_stream().subscribe::<DeadLetter>();
-    let (actor, mut seen) = sink_with_items(&system, MailboxConfig::bounded(1));
+    let (actor, mut seen) = sink_with_items(&system, MailboxOptions::bounded(1));
     let gate = hold(&actor).await;
     actor.tell(SinkMsg::Item(1));
 
@@ -215,7 +215,7 @@ async fn a_poison_pill_into_a_full_bounded_mailbox_is_dead_lettered_not_lost() {
 async fn try_tell_gives_the_message_back_when_the_mailbox_is_full_or_the_actor_stopped() {
     let system = ActorSystem::new("mb").unwrap();
     let mut dead_letters = system.event_stream().subscribe::<DeadLetter>();
-    let actor = sink(&system, MailboxConfig::bounded(1));
+    let actor = sink(&system, MailboxOptions::bounded(1));
     let gate = hold(&actor).await;
 
     actor.try_tell(SinkMsg::Item(1)).unwrap();
@@ -238,7 +238,7 @@ async fn try_tell_gives_the_message_back_when_the_mailbox_is_full_or_the_actor_s
 #[tokio::test]
 async fn mailbox_depth_counts_the_messages_queued_behind_a_busy_handler() {
     let system = ActorSystem::new("mb").unwrap();
-    let actor = sink(&system, MailboxConfig::Unbounded);
+    let actor = sink(&system, MailboxOptions::Unbounded);
     let depth = actor.mailbox_depth();
     assert_eq!(depth.get(), 0);
     let gate = hold(&actor).await;
@@ -259,7 +259,7 @@ async fn mailbox_depth_counts_the_messages_queued_behind_a_busy_handler() {
 #[tokio::test]
 async fn mailbox_depth_reads_zero_once_the_actor_has_stopped() {
     let system = ActorSystem::new("mb").unwrap();
-    let actor = sink(&system, MailboxConfig::bounded(10));
+    let actor = sink(&system, MailboxOptions::bounded(10));
     let depth = actor.mailbox_depth();
     let gate = hold(&actor).await;
     for n in 0..3 {
@@ -279,9 +279,9 @@ async fn mailbox_depth_reads_zero_once_the_actor_has_stopped() {
 async fn a_tell_to_a_stopped_actor_is_a_recipient_stopped_dead_letter_naming_the_sender() {
     let system = ActorSystem::new("mb").unwrap();
     let mut dead_letters = system.event_stream().subscribe::<DeadLetter>();
-    let actor = sink(&system, MailboxConfig::Unbounded);
+    let actor = sink(&system, MailboxOptions::Unbounded);
     let sender = system
-        .spawn("sender", sink_props(MailboxConfig::Unbounded).0)
+        .spawn("sender", sink_props(MailboxOptions::Unbounded).0)
         .unwrap();
     actor.stop();
     within("the actor to stop", actor.terminated()).await;
@@ -306,7 +306,7 @@ async fn a_tell_to_a_stopped_actor_is_a_recipient_stopped_dead_letter_naming_the
 async fn tell_path_to_an_unknown_or_mistyped_path_is_an_unknown_recipient_dead_letter() {
     let system = ActorSystem::new("mb").unwrap();
     let mut dead_letters = system.event_stream().subscribe::<DeadLetter>();
-    sink(&system, MailboxConfig::Unbounded);
+    sink(&system, MailboxOptions::Unbounded);
 
     system.tell_path("/user/nobody", 7_u32);
     system.tell_path("/user/sink", 7_u32); // lives, but takes SinkMsg
@@ -333,7 +333,7 @@ async fn tell_path_to_an_unknown_or_mistyped_path_is_an_unknown_recipient_dead_l
 async fn a_reply_to_an_asker_that_gave_up_is_an_asker_gone_dead_letter() {
     let system = ActorSystem::new("mb").unwrap();
     let mut dead_letters = system.event_stream().subscribe::<DeadLetter>();
-    let actor = sink(&system, MailboxConfig::Unbounded);
+    let actor = sink(&system, MailboxOptions::Unbounded);
 
     let err = actor
         .ask(SinkMsg::Hold)

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use helpers::{next_event, within};
 use tokio::sync::{mpsc, watch};
-use troupe::routing::{PoolRouterConfig, RouterConfigError, RoutingStrategy};
+use troupe::routing::{PoolRouterError, PoolRouterOptions, RoutingStrategy};
 use troupe::{
     Actor, ActorError, ActorRef, ActorSystem, Context, DeadLetter, DeadLetterReason, Props,
     SupervisorStrategy,
@@ -156,7 +156,7 @@ fn resolve_routees(system: &ActorSystem, router: &str, n: usize) -> Vec<ActorRef
 #[tokio::test]
 async fn round_robin_cycles_through_the_routees_in_order() {
     let system = ActorSystem::new("pool").unwrap();
-    let props = PoolRouterConfig::new(3, routee)
+    let props = PoolRouterOptions::new(3, routee)
         .round_robin()
         .into_props()
         .unwrap();
@@ -178,7 +178,7 @@ async fn random_with_a_fixed_seed_is_reproducible_and_reaches_every_routee() {
     let system = ActorSystem::new("pool").unwrap();
     let mut assignments = Vec::new();
     for name in ["first", "second"] {
-        let props = PoolRouterConfig::new(4, routee)
+        let props = PoolRouterOptions::new(4, routee)
             .random()
             .with_seed(42)
             .into_props()
@@ -207,7 +207,7 @@ async fn random_with_a_fixed_seed_is_reproducible_and_reaches_every_routee() {
 #[tokio::test]
 async fn consistent_hashing_sends_the_same_key_to_the_same_routee() {
     let system = ActorSystem::new("pool").unwrap();
-    let props = PoolRouterConfig::new(4, routee)
+    let props = PoolRouterOptions::new(4, routee)
         .consistent_hashing(|job: &Job| match job {
             Job::Work { key, .. } => key.clone(),
             _ => String::new(),
@@ -242,7 +242,7 @@ async fn consistent_hashing_sends_the_same_key_to_the_same_routee() {
 #[tokio::test]
 async fn smallest_mailbox_prefers_a_free_routee_over_routees_with_queued_work() {
     let system = ActorSystem::new("pool").unwrap();
-    let props = PoolRouterConfig::new(3, routee)
+    let props = PoolRouterOptions::new(3, routee)
         .smallest_mailbox()
         .into_props()
         .unwrap();
@@ -278,7 +278,7 @@ async fn smallest_mailbox_picks_the_routee_with_the_shortest_queue() {
     // The key function runs in the router for every message it routes: a barrier that shows
     // the router has finished routing everything before the marker.
     let (routed_tx, mut routed) = mpsc::unbounded_channel();
-    let props = PoolRouterConfig::new(3, routee)
+    let props = PoolRouterOptions::new(3, routee)
         .smallest_mailbox()
         .with_extract_key(move |job: &Job| {
             if let Job::Work { id, .. } = job {
@@ -320,7 +320,7 @@ async fn smallest_mailbox_picks_the_routee_with_the_shortest_queue() {
 #[tokio::test]
 async fn broadcast_delivers_every_message_to_every_routee() {
     let system = ActorSystem::new("pool").unwrap();
-    let props = PoolRouterConfig::new(3, routee)
+    let props = PoolRouterOptions::new(3, routee)
         .broadcast()
         .into_props()
         .unwrap();
@@ -341,7 +341,7 @@ async fn broadcast_delivers_every_message_to_every_routee() {
 async fn a_strategy_chosen_by_name_routes_like_the_builder() {
     let system = ActorSystem::new("pool").unwrap();
     let strategy: RoutingStrategy = "round-robin".parse().unwrap();
-    let props = PoolRouterConfig::new(2, routee)
+    let props = PoolRouterOptions::new(2, routee)
         .with_strategy(strategy)
         .into_props()
         .unwrap();
@@ -359,18 +359,18 @@ async fn a_strategy_chosen_by_name_routes_like_the_builder() {
 
 #[test]
 fn a_pool_of_zero_routees_is_a_clear_config_error() {
-    let err = PoolRouterConfig::new(0, routee).into_props().unwrap_err();
-    assert_eq!(err, RouterConfigError::EmptyPool);
+    let err = PoolRouterOptions::new(0, routee).into_props().unwrap_err();
+    assert_eq!(err, PoolRouterError::EmptyPool);
     assert!(err.to_string().contains("at least 1"), "{err}");
 }
 
 #[test]
 fn consistent_hashing_without_a_key_function_is_a_clear_config_error() {
-    let err = PoolRouterConfig::new(3, routee)
+    let err = PoolRouterOptions::new(3, routee)
         .with_strategy(RoutingStrategy::ConsistentHashing)
         .into_props()
         .unwrap_err();
-    assert_eq!(err, RouterConfigError::MissingExtractKey);
+    assert_eq!(err, PoolRouterError::MissingExtractKey);
     let message = err.to_string();
     assert!(
         message.contains("consistent-hashing") && message.contains("extract_key"),
@@ -380,18 +380,18 @@ fn consistent_hashing_without_a_key_function_is_a_clear_config_error() {
 
 #[test]
 fn broadcast_chosen_by_name_without_a_clone_function_is_a_clear_config_error() {
-    let err = PoolRouterConfig::new(3, routee)
+    let err = PoolRouterOptions::new(3, routee)
         .with_strategy(RoutingStrategy::Broadcast)
         .into_props()
         .unwrap_err();
-    assert_eq!(err, RouterConfigError::BroadcastNeedsClone);
+    assert_eq!(err, PoolRouterError::BroadcastNeedsClone);
     assert!(err.to_string().contains("broadcast()"), "{err}");
 }
 
 #[tokio::test]
 async fn routees_are_children_of_the_router_and_stop_with_it() {
     let system = ActorSystem::new("pool").unwrap();
-    let props = PoolRouterConfig::new(3, routee).into_props().unwrap();
+    let props = PoolRouterOptions::new(3, routee).into_props().unwrap();
     let router = system.spawn("pool", props).unwrap();
     let mut results = Results::new();
     router.tell(results.work(0));
@@ -412,7 +412,7 @@ async fn routees_are_children_of_the_router_and_stop_with_it() {
 async fn a_routee_that_stops_for_good_leaves_the_rotation_and_an_empty_pool_dead_letters() {
     let system = ActorSystem::new("pool").unwrap();
     let mut dead_letters = system.event_stream().subscribe::<DeadLetter>();
-    let props = PoolRouterConfig::new(2, || routee().with_supervisor(SupervisorStrategy::stop()))
+    let props = PoolRouterOptions::new(2, || routee().with_supervisor(SupervisorStrategy::stop()))
         .into_props()
         .unwrap();
     let router = system.spawn("pool", props).unwrap();

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
-use troupe::cluster::{Cluster, ClusterEvent, MemberStatus, MembershipSettings};
+use troupe::cluster::{Cluster, ClusterEvent, MemberStatus, MembershipOptions};
 use troupe::remoting::RemoteMessage;
-use troupe::transport::{ClusterSecret, TcpTransportConfig};
+use troupe::transport::{ClusterSecret, TcpTransportOptions};
 use troupe::{
     Actor, ActorError, ActorRef, ActorSystem, AskError, Context, DeadLetter, DeadLetterReason,
     Props, ReplyTo, Terminated,
@@ -103,13 +103,13 @@ struct Node {
 
 async fn node(seed_port: Option<u16>) -> Node {
     let system = ActorSystem::new("remote-test").unwrap();
-    let config = TcpTransportConfig::new(
+    let config = TcpTransportOptions::new(
         "remote-test",
         "127.0.0.1:0".parse().unwrap(),
         ClusterSecret::new("a shared secret of enough length").unwrap(),
     )
     .with_incarnation(rand::random());
-    let settings = MembershipSettings {
+    let settings = MembershipOptions {
         seeds: seed_port
             .map(|seed| {
                 format!("troupe://remote-test@127.0.0.1:{seed}")
@@ -118,7 +118,7 @@ async fn node(seed_port: Option<u16>) -> Node {
             })
             .into_iter()
             .collect(),
-        ..MembershipSettings::default()
+        ..MembershipOptions::default()
     };
     let cluster = Cluster::builder(&system)
         .with_membership(settings)

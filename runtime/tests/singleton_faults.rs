@@ -17,7 +17,7 @@ mod singleton {
     use rand::rngs::SmallRng;
     use rand::{Rng, SeedableRng};
     use tokio::time::Instant;
-    use troupe::cluster::{MemberStatus, MembershipSettings};
+    use troupe::cluster::{MemberStatus, MembershipOptions};
     use troupe::lease::InMemoryLeaseArbiter;
     use troupe::singleton::ClusterSingleton;
     use troupe::singleton::StartSingletonOptions;
@@ -273,7 +273,7 @@ mod singleton {
     #[tokio::test(start_paused = true)]
     async fn a_wedged_incumbent_gives_two_instances_after_the_hand_over_timeout_unless_leased() {
         for with_lease in [false, true] {
-            let mut sim = SimCluster::with_settings(601, MembershipSettings::default());
+            let mut sim = SimCluster::with_settings(601, MembershipOptions::default());
             sim.start_node(&[]);
             sim.start_node(&[]);
             sim.start_node(&["r"]);

@@ -18,7 +18,7 @@ mod singleton {
     };
     use tokio::time::Instant;
     use troupe::DeadLetter;
-    use troupe::cluster::MembershipSettings;
+    use troupe::cluster::MembershipOptions;
     use troupe::singleton::ClusterSingleton;
     use troupe::singleton::{ManagerMsg, SingletonEvent, StartSingletonOptions};
     use troupe::testkit::sim_address;
@@ -33,7 +33,7 @@ mod singleton {
 
     #[tokio::test(start_paused = true)]
     async fn hand_over_waits_for_post_stop_of_the_previous_instance() {
-        let mut sim = cluster(201, &[&[], &[], &["r"]], MembershipSettings::default()).await;
+        let mut sim = cluster(201, &[&[], &[], &["r"]], MembershipOptions::default()).await;
         let oracle = Oracle::default();
         for i in 0..3 {
             let options =
@@ -62,7 +62,7 @@ mod singleton {
     /// again every 500 ms until the timeout and then hosts anyway, naming it.
     #[tokio::test(start_paused = true)]
     async fn a_silent_peer_is_asked_every_500ms_and_the_timeout_hosts_anyway_naming_it() {
-        let sim = cluster(202, &[&[], &[], &[]], MembershipSettings::default()).await;
+        let sim = cluster(202, &[&[], &[], &[]], MembershipOptions::default()).await;
         let warnings = WarnCapture::start();
         let oracle = Oracle::default();
         let mut dead = sim.node(2).system.event_stream().subscribe::<DeadLetter>();
@@ -116,7 +116,7 @@ mod singleton {
 
     #[tokio::test(start_paused = true)]
     async fn a_proxy_only_node_acknowledges_at_once() {
-        let sim = cluster(203, &[&[], &[], &[]], MembershipSettings::default()).await;
+        let sim = cluster(203, &[&[], &[], &[]], MembershipOptions::default()).await;
         let oracle = Oracle::default();
         ClusterSingleton::get(&sim.node(2).cluster)
             .proxy(&key(None))
@@ -134,7 +134,7 @@ mod singleton {
 
     #[tokio::test(start_paused = true)]
     async fn a_peer_that_leaves_the_eligible_set_is_no_longer_waited_for() {
-        let sim = cluster(204, &[&[], &[], &[]], MembershipSettings::default()).await;
+        let sim = cluster(204, &[&[], &[], &[]], MembershipOptions::default()).await;
         let oracle = Oracle::default();
         let started = Instant::now();
         start_default(&sim, 0, &oracle, None);
@@ -156,7 +156,7 @@ mod singleton {
     /// singleton.
     #[tokio::test(start_paused = true)]
     async fn a_host_ignores_requests_from_peers_sorting_after_it_and_requests_without_origin() {
-        let sim = cluster(205, &[&[], &[], &[]], MembershipSettings::default()).await;
+        let sim = cluster(205, &[&[], &[], &[]], MembershipOptions::default()).await;
         let oracle = Oracle::default();
         for i in 0..3 {
             start_default(&sim, i, &oracle, None);
@@ -185,7 +185,7 @@ mod singleton {
     /// asked", not to anything the payload could claim.
     #[tokio::test(start_paused = true)]
     async fn a_node_that_is_not_the_host_acknowledges_the_verified_requester() {
-        let sim = cluster(206, &[&[], &[], &[]], MembershipSettings::default()).await;
+        let sim = cluster(206, &[&[], &[], &[]], MembershipOptions::default()).await;
         let oracle = Oracle::default();
         start_default(&sim, 0, &oracle, None);
         start_default(&sim, 1, &oracle, None);
@@ -213,7 +213,7 @@ mod singleton {
     /// message arrives exactly once, and each proxy's messages in the order it sent them.
     #[tokio::test(start_paused = true)]
     async fn numbered_messages_through_proxies_survive_a_graceful_hand_over_in_order() {
-        let sim = cluster(207, &[&[], &[], &[], &[]], MembershipSettings::default()).await;
+        let sim = cluster(207, &[&[], &[], &[], &[]], MembershipOptions::default()).await;
         let oracle = Oracle::default();
         let proxies: Vec<_> = (0..4)
             .map(|i| start_default(&sim, i, &oracle, None))
@@ -256,7 +256,7 @@ mod singleton {
 
     #[tokio::test(start_paused = true)]
     async fn options_are_validated_at_start_with_an_error_naming_field_value_and_allowed() {
-        let sim = cluster(208, &[&[]], MembershipSettings::default()).await;
+        let sim = cluster(208, &[&[]], MembershipOptions::default()).await;
         let oracle = Oracle::default();
         let options = StartSingletonOptions::new(worker(&oracle, sim_address(0), Duration::ZERO))
             .with_acquire_retry_interval(Duration::ZERO);

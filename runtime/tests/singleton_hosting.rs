@@ -13,14 +13,14 @@ mod singleton {
     use crate::harness::{
         Cmd, LIMIT, Oracle, assert_unique, cluster, hosted_on, key, start_default,
     };
-    use troupe::cluster::{ClusterEvent, MembershipSettings};
+    use troupe::cluster::{ClusterEvent, MembershipOptions};
     use troupe::singleton::ClusterSingleton;
     use troupe::singleton::singleton_manager_path;
     use troupe::testkit::sim_address;
 
     #[tokio::test(start_paused = true)]
     async fn the_first_address_sorted_up_member_hosts_and_every_node_agrees() {
-        let sim = cluster(101, &[&[], &[], &[]], MembershipSettings::default()).await;
+        let sim = cluster(101, &[&[], &[], &[]], MembershipOptions::default()).await;
         let oracle = Oracle::default();
         let proxies: Vec<_> = (0..3)
             .map(|i| start_default(&sim, i, &oracle, None))
@@ -48,7 +48,7 @@ mod singleton {
 
     #[tokio::test(start_paused = true)]
     async fn the_manager_lives_at_the_documented_path() {
-        let sim = cluster(102, &[&[]], MembershipSettings::default()).await;
+        let sim = cluster(102, &[&[]], MembershipOptions::default()).await;
         let oracle = Oracle::default();
         start_default(&sim, 0, &oracle, None);
         let path = singleton_manager_path("sim", "scheduler");
@@ -76,7 +76,7 @@ mod singleton {
 
     #[tokio::test(start_paused = true)]
     async fn with_a_role_the_first_up_member_carrying_it_hosts_not_the_leader() {
-        let sim = cluster(103, &[&[], &["r"], &["r"]], MembershipSettings::default()).await;
+        let sim = cluster(103, &[&[], &["r"], &["r"]], MembershipOptions::default()).await;
         let oracle = Oracle::default();
         for i in 0..3 {
             start_default(&sim, i, &oracle, Some("r"));
@@ -93,7 +93,7 @@ mod singleton {
 
     #[tokio::test(start_paused = true)]
     async fn a_proxy_only_node_resolves_the_same_host_from_the_key_role() {
-        let sim = cluster(104, &[&[], &["r"], &["r"]], MembershipSettings::default()).await;
+        let sim = cluster(104, &[&[], &["r"], &["r"]], MembershipOptions::default()).await;
         let oracle = Oracle::default();
         start_default(&sim, 1, &oracle, Some("r"));
         start_default(&sim, 2, &oracle, Some("r"));
@@ -112,9 +112,9 @@ mod singleton {
     /// the incumbent stays host in every view, and nobody promotes itself.
     #[tokio::test(start_paused = true)]
     async fn an_unreachable_incumbent_does_not_make_a_peer_promote_itself() {
-        let settings = MembershipSettings {
+        let settings = MembershipOptions {
             down_after: None,
-            ..MembershipSettings::default()
+            ..MembershipOptions::default()
         };
         let sim = cluster(105, &[&[], &[], &[]], settings).await;
         let oracle = Oracle::default();
@@ -158,9 +158,9 @@ mod singleton {
 
     #[tokio::test(start_paused = true)]
     async fn an_unreachable_role_host_does_not_make_a_peer_promote_itself() {
-        let settings = MembershipSettings {
+        let settings = MembershipOptions {
             down_after: None,
-            ..MembershipSettings::default()
+            ..MembershipOptions::default()
         };
         let sim = cluster(106, &[&[], &["r"], &["r"]], settings).await;
         let oracle = Oracle::default();
@@ -180,7 +180,7 @@ mod singleton {
     #[tokio::test(start_paused = true)]
     async fn a_role_member_joining_below_a_role_less_leader_moves_the_host_and_the_incumbent_stops()
     {
-        let mut sim = cluster(107, &[&[], &[], &["r"]], MembershipSettings::default()).await;
+        let mut sim = cluster(107, &[&[], &[], &["r"]], MembershipOptions::default()).await;
         let oracle = Oracle::default();
         for i in 0..3 {
             start_default(&sim, i, &oracle, Some("r"));

@@ -16,7 +16,7 @@ mod singleton {
         Cmd, LIMIT, Oracle, assert_unique, cluster, drain, events, hosted_on, key, start, worker,
     };
     use tokio::time::Instant;
-    use troupe::cluster::MembershipSettings;
+    use troupe::cluster::MembershipOptions;
     use troupe::lease::{
         FencingToken, InMemoryLease, InMemoryLeaseArbiter, Lease, LeaseFuture, LeaseLostCallback,
         LeaseOp, LeaseRecord,
@@ -68,7 +68,7 @@ mod singleton {
 
     #[tokio::test(start_paused = true)]
     async fn with_a_lease_the_host_acquires_it_before_spawning() {
-        let sim = cluster(301, &[&[], &[]], MembershipSettings::default()).await;
+        let sim = cluster(301, &[&[], &[]], MembershipOptions::default()).await;
         let oracle = Oracle::default();
         let arbiter = InMemoryLeaseArbiter::new(Duration::from_secs(3))
             .with_latency(Duration::from_millis(50));
@@ -95,7 +95,7 @@ mod singleton {
 
     #[tokio::test(start_paused = true)]
     async fn a_failed_acquire_is_retried_every_interval_until_it_succeeds() {
-        let sim = cluster(302, &[&[]], MembershipSettings::default()).await;
+        let sim = cluster(302, &[&[]], MembershipOptions::default()).await;
         let oracle = Oracle::default();
         let arbiter = InMemoryLeaseArbiter::new(Duration::from_secs(3));
         // Someone else holds it.
@@ -133,7 +133,7 @@ mod singleton {
     /// renewed a lease over no singleton at all.
     #[tokio::test(start_paused = true)]
     async fn a_lost_lease_stops_the_instance_waits_for_post_stop_and_only_then_reacquires() {
-        let sim = cluster(303, &[&[]], MembershipSettings::default()).await;
+        let sim = cluster(303, &[&[]], MembershipOptions::default()).await;
         let oracle = Oracle::default();
         let arbiter = InMemoryLeaseArbiter::new(Duration::from_secs(3));
         start_with_lease(&sim, 0, &oracle, &arbiter, Duration::from_secs(1));
@@ -170,7 +170,7 @@ mod singleton {
 
     #[tokio::test(start_paused = true)]
     async fn when_the_host_moves_away_the_lease_is_released_only_after_the_instance_terminated() {
-        let mut sim = cluster(304, &[&[], &[], &["r"]], MembershipSettings::default()).await;
+        let mut sim = cluster(304, &[&[], &[], &["r"]], MembershipOptions::default()).await;
         let oracle = Oracle::default();
         let arbiter = InMemoryLeaseArbiter::new(Duration::from_secs(3));
         let start_role = |sim: &SimCluster, i: usize, stop_delay| {
@@ -243,7 +243,7 @@ mod singleton {
 
     #[tokio::test(start_paused = true)]
     async fn membership_changes_during_an_acquire_never_start_a_second_one() {
-        let mut sim = cluster(305, &[&[], &[], &[]], MembershipSettings::default()).await;
+        let mut sim = cluster(305, &[&[], &[], &[]], MembershipOptions::default()).await;
         let oracle = Oracle::default();
         // Every acquire takes 2 s to answer.
         let arbiter =

@@ -16,7 +16,7 @@ mod singleton {
         Cmd, LIMIT, Oracle, WarnCapture, cluster, drain, events, hosted_on, key, start, worker,
     };
     use tokio::time::Instant;
-    use troupe::cluster::MembershipSettings;
+    use troupe::cluster::MembershipOptions;
     use troupe::lease::{InMemoryLeaseArbiter, LeaseOp};
     use troupe::singleton::ClusterSingleton;
     use troupe::singleton::{SingletonEvent, StartSingletonOptions, StopReason};
@@ -41,7 +41,7 @@ mod singleton {
 
     #[tokio::test(start_paused = true)]
     async fn an_instance_that_stops_itself_is_spawned_again_after_one_second() {
-        let sim = cluster(401, &[&[]], MembershipSettings::default()).await;
+        let sim = cluster(401, &[&[]], MembershipOptions::default()).await;
         let oracle = Oracle::default();
         let mut published = events(&sim, 0);
         let proxy = start(&sim, 0, &oracle, None, |o| o);
@@ -67,7 +67,7 @@ mod singleton {
 
     #[tokio::test(start_paused = true)]
     async fn an_instance_whose_supervisor_gives_up_is_spawned_again_after_one_second() {
-        let sim = cluster(402, &[&[]], MembershipSettings::default()).await;
+        let sim = cluster(402, &[&[]], MembershipOptions::default()).await;
         let oracle = Oracle::default();
         let props = worker(&oracle, sim_address(0), Duration::ZERO).with_supervisor(
             SupervisorStrategy::restart().with_restart_budget(1, Duration::from_secs(60)),
@@ -91,7 +91,7 @@ mod singleton {
     #[tokio::test(start_paused = true)]
     async fn without_restart_on_termination_the_manager_latches_out_releases_the_lease_and_dead_letters()
      {
-        let mut sim = cluster(403, &[&[], &[]], MembershipSettings::default()).await;
+        let mut sim = cluster(403, &[&[], &[]], MembershipOptions::default()).await;
         let oracle = Oracle::default();
         let arbiter = InMemoryLeaseArbiter::new(Duration::from_secs(3));
         let owner = sim_address(0).to_string();
@@ -151,7 +151,7 @@ mod singleton {
     /// messages arriving meanwhile: they are held and flushed in send order.
     #[tokio::test(start_paused = true)]
     async fn messages_are_held_until_the_instance_spawns_and_flushed_in_send_order() {
-        let sim = cluster(404, &[&[], &[]], MembershipSettings::default()).await;
+        let sim = cluster(404, &[&[], &[]], MembershipOptions::default()).await;
         let oracle = Oracle::default();
         let mut published = events(&sim, 0);
         let proxy = start(&sim, 0, &oracle, None, |o| {
@@ -174,7 +174,7 @@ mod singleton {
 
     #[tokio::test(start_paused = true)]
     async fn past_1000_held_messages_go_to_dead_letters_with_one_warning_naming_the_singleton() {
-        let sim = cluster(405, &[&[], &[]], MembershipSettings::default()).await;
+        let sim = cluster(405, &[&[], &[]], MembershipOptions::default()).await;
         let warnings = WarnCapture::start();
         let oracle = Oracle::default();
         let mut dead = sim.node(0).system.event_stream().subscribe::<DeadLetter>();
@@ -200,7 +200,7 @@ mod singleton {
 
     #[tokio::test(start_paused = true)]
     async fn messages_held_for_two_seconds_go_to_dead_letters() {
-        let sim = cluster(406, &[&[], &[]], MembershipSettings::default()).await;
+        let sim = cluster(406, &[&[], &[]], MembershipOptions::default()).await;
         let oracle = Oracle::default();
         let mut dead = sim.node(0).system.event_stream().subscribe::<DeadLetter>();
         let proxy = start(&sim, 0, &oracle, None, |o| {
@@ -232,7 +232,7 @@ mod singleton {
     /// the manager holds what arrives rather than dead-lettering it, whatever its own view says.
     #[tokio::test(start_paused = true)]
     async fn a_manager_that_does_not_see_itself_as_host_holds_messages() {
-        let sim = cluster(407, &[&[], &[], &[]], MembershipSettings::default()).await;
+        let sim = cluster(407, &[&[], &[], &[]], MembershipOptions::default()).await;
         let oracle = Oracle::default();
         for i in 0..3 {
             start(&sim, i, &oracle, None, |o| o);
@@ -263,7 +263,7 @@ mod singleton {
 
     #[tokio::test(start_paused = true)]
     async fn the_proxy_buffers_while_no_node_hosts_and_flushes_in_order_when_one_does() {
-        let mut sim = cluster(408, &[&[], &[]], MembershipSettings::default()).await;
+        let mut sim = cluster(408, &[&[], &[]], MembershipOptions::default()).await;
         let oracle = Oracle::default();
         // Nobody carries the role yet.
         let proxy = ClusterSingleton::get(&sim.node(0).cluster)
@@ -282,7 +282,7 @@ mod singleton {
 
     #[tokio::test(start_paused = true)]
     async fn the_proxy_buffer_overflows_into_dead_letters() {
-        let sim = cluster(409, &[&[]], MembershipSettings::default()).await;
+        let sim = cluster(409, &[&[]], MembershipOptions::default()).await;
         let mut dead = sim.node(0).system.event_stream().subscribe::<DeadLetter>();
         let proxy = ClusterSingleton::get(&sim.node(0).cluster)
             .proxy_with_buffer_size(&key(Some("r")), 3)
@@ -303,7 +303,7 @@ mod singleton {
 
     #[tokio::test(start_paused = true)]
     async fn the_proxy_dead_letters_at_once_when_this_node_is_host_but_never_called_start() {
-        let sim = cluster(410, &[&[], &[]], MembershipSettings::default()).await;
+        let sim = cluster(410, &[&[], &[]], MembershipOptions::default()).await;
         let warnings = WarnCapture::start();
         let mut dead = sim.node(0).system.event_stream().subscribe::<DeadLetter>();
         // Node 0 is the elected host, but only node 1 called start.
@@ -330,7 +330,7 @@ mod singleton {
     /// One run that touches every kind of singleton event.
     #[tokio::test(start_paused = true)]
     async fn singleton_events_report_the_lifecycle_to_the_control_plane() {
-        let sim = cluster(411, &[&[], &[], &[]], MembershipSettings::default()).await;
+        let sim = cluster(411, &[&[], &[], &[]], MembershipOptions::default()).await;
         let oracle = Oracle::default();
         let arbiter = InMemoryLeaseArbiter::new(Duration::from_secs(3));
         let mut published = events(&sim, 1);

@@ -15,12 +15,12 @@ use tokio::time::{Instant, timeout};
 use troupe::transport::admission::Pool;
 use troupe::transport::frame::{Decoded, FrameDecoder, encode_frame};
 use troupe::transport::handshake::{
-    HELLO_LEN, Handshake, HandshakeAction, HandshakeConfig, HandshakeEvent, HandshakeMessage,
+    HELLO_LEN, Handshake, HandshakeAction, HandshakeEvent, HandshakeMessage, HandshakeOptions,
     Hello, MAX_HANDSHAKE_MESSAGE_LEN, NONCE_LEN, Role, step,
 };
 use troupe::transport::{
-    AdmissionSettings, CloseReason, ClusterSecret, InboundFrame, ProtocolVersions, RefusedVersions,
-    TcpTransport, TcpTransportConfig, Transport,
+    AdmissionOptions, CloseReason, ClusterSecret, InboundFrame, ProtocolVersions, RefusedVersions,
+    TcpTransport, TcpTransportOptions, Transport,
 };
 use troupe::{Address, UniqueAddress};
 
@@ -32,8 +32,8 @@ fn secret(s: &str) -> ClusterSecret {
     ClusterSecret::new(s).unwrap()
 }
 
-fn config(secret_text: &str) -> TcpTransportConfig {
-    TcpTransportConfig::new("app", "127.0.0.1:0".parse().unwrap(), secret(secret_text))
+fn config(secret_text: &str) -> TcpTransportOptions {
+    TcpTransportOptions::new("app", "127.0.0.1:0".parse().unwrap(), secret(secret_text))
         .with_reconnect_backoff(Duration::from_millis(10), Duration::from_millis(100))
         .with_handshake_timeout(Duration::from_secs(2))
 }
@@ -44,7 +44,7 @@ struct Node {
 }
 
 impl Node {
-    async fn start(config: TcpTransportConfig) -> Self {
+    async fn start(config: TcpTransportOptions) -> Self {
         let (tx, inbound) = mpsc::channel(1024);
         let transport = TcpTransport::bind(config, tx).await.unwrap();
         Self { transport, inbound }
@@ -91,7 +91,7 @@ async fn raw_handshake(
         incarnation: 99,
     };
     let mut state = Handshake::new(
-        HandshakeConfig {
+        HandshakeOptions {
             local: me.clone(),
             secret: secret(secret_text),
             role: Role::Initiator,
@@ -305,7 +305,7 @@ async fn a_restarted_peer_is_reconnected_and_reported_with_its_new_incarnation()
 
         let bind: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let mut b2 = Node::start(
-            TcpTransportConfig::new("app", bind, secret(SECRET))
+            TcpTransportOptions::new("app", bind, secret(SECRET))
                 .with_incarnation(200)
                 .with_reconnect_backoff(Duration::from_millis(10), Duration::from_millis(100)),
         )
@@ -409,7 +409,7 @@ async fn read_hello(stream: &mut TcpStream) -> Vec<u8> {
 async fn connections_beyond_a_source_s_share_of_the_slots_are_refused_at_once_and_counted() {
     timeout(LIMIT, async {
         let mut a = Node::start(config(SECRET)).await;
-        let admission = AdmissionSettings::default().with_per_source_slots(1);
+        let admission = AdmissionOptions::default().with_per_source_slots(1);
         let mut b = Node::start(config(SECRET).with_admission(admission)).await;
         let target = b.transport.local_socket_addr();
         // One silent connection from 127.0.0.5 holds that source's only slot…
@@ -436,7 +436,7 @@ async fn connections_beyond_a_source_s_share_of_the_slots_are_refused_at_once_an
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_newcomer_gets_a_slot_from_a_full_pool_of_silent_connections() {
     timeout(LIMIT, async {
-        let admission = AdmissionSettings::default()
+        let admission = AdmissionOptions::default()
             .with_general_slots(4)
             .with_per_source_slots(1);
         let mut b = Node::start(config(SECRET).with_admission(admission)).await;
@@ -465,7 +465,7 @@ async fn a_newcomer_gets_a_slot_from_a_full_pool_of_silent_connections() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_that_proved_the_secret_reconnects_through_a_flood_on_reserved_slots() {
     timeout(LIMIT, async {
-        let admission = AdmissionSettings::default()
+        let admission = AdmissionOptions::default()
             .with_general_slots(2)
             .with_reserved_slots(2)
             .with_per_source_slots(1);

@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 use tokio::time::timeout;
 use troupe::transport::tls::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use troupe::transport::{
-    CloseReason, ClusterSecret, InboundFrame, TcpTransport, TcpTransportConfig, TlsConfig,
+    CloseReason, ClusterSecret, InboundFrame, TcpTransport, TcpTransportOptions, TlsOptions,
     Transport,
 };
 
@@ -36,13 +36,13 @@ fn ca(name: &str) -> Ca {
 }
 
 /// A node certificate for 127.0.0.1 issued by `issuer`, trusting `trusted`.
-fn tls(issuer: &Ca, trusted: &Ca) -> TlsConfig {
+fn tls(issuer: &Ca, trusted: &Ca) -> TlsOptions {
     let key = KeyPair::generate().unwrap();
     let cert = CertificateParams::new(vec!["127.0.0.1".to_owned()])
         .unwrap()
         .signed_by(&key, &issuer.cert, &issuer.key)
         .unwrap();
-    TlsConfig::mutual(
+    TlsOptions::mutual(
         trusted.cert.der().clone(),
         vec![cert.der().clone()],
         PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
@@ -50,9 +50,9 @@ fn tls(issuer: &Ca, trusted: &Ca) -> TlsConfig {
     .unwrap()
 }
 
-async fn node(tls: Option<TlsConfig>) -> (Arc<TcpTransport>, mpsc::Receiver<InboundFrame>) {
+async fn node(tls: Option<TlsOptions>) -> (Arc<TcpTransport>, mpsc::Receiver<InboundFrame>) {
     let (tx, rx) = mpsc::channel(64);
-    let mut config = TcpTransportConfig::new(
+    let mut config = TcpTransportOptions::new(
         "app",
         "127.0.0.1:0".parse().unwrap(),
         ClusterSecret::new(SECRET).unwrap(),

@@ -4,14 +4,17 @@
 //! # One SQL text, two backends
 //! Reads and the current-state upserts are written once in the dialect both backends accept
 //! (`$N` parameters, `ON CONFLICT … DO UPDATE`, integer time arithmetic) and expanded for each
-//! pool by `with_pool!`. Only the bulk inserts differ: `UNNEST` arrays on PostgreSQL, one
-//! prepared statement per row on SQLite.
+//! pool by `with_pool!`. Only the bulk inserts differ: `UNNEST` arrays on PostgreSQL,
+//! multi-row `INSERT … VALUES` on SQLite.
 //!
 //! # Ingest
 //! A batch is written in one transaction: the agent's row, the batch's `(agent, sequence)`
 //! marker, its events, dead letters and depth ticks, and the state changes. A marker that
 //! already exists means a retry: the transaction is rolled back and nothing is written twice.
-//! Any error rolls everything back, so a batch is stored whole or not at all.
+//! Any error rolls everything back, so a batch is stored whole or not at all. On SQLite every
+//! batch goes through one writer task, and a big batch is written in bounded chunks with the
+//! batches queued meanwhile served between them (see `sqlite`): a retry after a crash
+//! midway resumes after the last stored chunk.
 
 mod error;
 mod ingest;
@@ -93,6 +96,8 @@ pub struct Store {
     backend: Backend,
     /// How far ahead of the receive time an event time may be before it is clamped.
     max_clock_skew_ms: i64,
+    /// The single SQLite writer (none on PostgreSQL).
+    sqlite_writer: Option<sqlite::Writer>,
     /// Ids of clusters known to exist (clusters are never deleted).
     cluster_ids: Arc<Mutex<HashMap<String, i64>>>,
 }
@@ -171,13 +176,16 @@ impl Store {
             .connect_with(options)
             .await?;
         SQLITE_MIGRATIONS.run(&pool).await?;
-        Ok(Self::with_backend(Backend::Sqlite(pool)))
+        let mut store = Self::with_backend(Backend::Sqlite(pool.clone()));
+        store.sqlite_writer = Some(sqlite::Writer::start(pool));
+        Ok(store)
     }
 
     fn with_backend(backend: Backend) -> Self {
         Self {
             backend,
             max_clock_skew_ms: DEFAULT_MAX_CLOCK_SKEW_MS as i64,
+            sqlite_writer: None,
             cluster_ids: Arc::default(),
         }
     }
@@ -273,7 +281,10 @@ impl Store {
             .and_then(|ids| ids.get(&batch.identity.cluster).copied());
         let (outcome, cluster_id) = match &self.backend {
             Backend::Postgres(pool) => postgres::ingest(pool, batch, received_ms, known).await?,
-            Backend::Sqlite(pool) => sqlite::ingest(pool, batch, received_ms, known).await?,
+            Backend::Sqlite(_) => match &self.sqlite_writer {
+                Some(writer) => writer.ingest(batch, received_ms, known).await?,
+                None => return Err(StoreError::Busy("the SQLite writer is not running")),
+            },
         };
         // Only after the commit: a rolled-back insert must not be remembered.
         if known.is_none()
@@ -491,7 +502,7 @@ impl Store {
             // Whole minutes: the one holding `since` counts entirely.
             if let Some(since) = filter.since_ms {
                 q.push(" AND d.minute_ms >= ")
-                    .push_bind(since.div_euclid(60_000) * 60_000);
+                    .push_bind(since.div_euclid(60_000).saturating_mul(60_000));
             }
             if let Some(until) = filter.until_ms {
                 q.push(" AND d.minute_ms < ").push_bind(until);

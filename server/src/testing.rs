@@ -340,6 +340,8 @@ pub struct HttpResponse {
     pub status: u16,
     /// Body as text.
     pub body: String,
+    /// The `Retry-After` header, if any.
+    pub retry_after: Option<String>,
 }
 
 impl HttpClient {
@@ -424,6 +426,7 @@ impl HttpClient {
             .ok_or_else(|| std::io::Error::other(format!("bad status line {line:?}")))?;
         let mut length = 0usize;
         let mut close = false;
+        let mut retry_after = None;
         loop {
             line.clear();
             reader.read_line(&mut line)?;
@@ -435,6 +438,8 @@ impl HttpClient {
                 let value = value.trim();
                 if name.eq_ignore_ascii_case("content-length") {
                     length = value.parse().unwrap_or(0);
+                } else if name.eq_ignore_ascii_case("retry-after") {
+                    retry_after = Some(value.to_owned());
                 } else if name.eq_ignore_ascii_case("connection")
                     && value.eq_ignore_ascii_case("close")
                 {
@@ -450,6 +455,7 @@ impl HttpClient {
         Ok(HttpResponse {
             status,
             body: String::from_utf8_lossy(&body).into_owned(),
+            retry_after,
         })
     }
 }

@@ -302,3 +302,129 @@ fn server_restarted_mid_ingest_loses_no_acknowledged_batch() {
     runtime.block_on(store.close());
     drop(server);
 }
+
+/// Issue 14, item 10: one batch of 60,000 dead letters (under the 8 MiB body limit) on SQLite
+/// while four other agents keep sending small batches. Every small batch is stored within a
+/// second or refused with 503 and `Retry-After`; none gets a 500; the small batches are
+/// stored while the big one is being written, and everything is stored once.
+#[test]
+fn a_big_batch_on_sqlite_never_starves_small_ones() {
+    const BIG: i64 = 60_000;
+    const SENDERS: usize = 4;
+    const SMALL: i64 = 5;
+    let file = TestSqliteFile::new();
+    let path = file.path().to_str().unwrap().to_owned();
+    let server = ServerProcess::start(&[("--sqlite-path", &path)]);
+    let addr = server.addr;
+    let mut big = BatchBuilder::new("app", "big:1", 1).sent_at(1);
+    for i in 0..BIG {
+        big = big.dead_letter(1_000 + i, "/user/x", "T");
+    }
+    let big = serde_json::to_vec(&big.build()).unwrap();
+    assert!(big.len() < 8 * 1024 * 1024, "{} bytes", big.len());
+
+    let writing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let started = std::time::Instant::now();
+    let senders: Vec<_> = (0..SENDERS)
+        .map(|n| {
+            let writing = std::sync::Arc::clone(&writing);
+            std::thread::spawn(move || {
+                let mut client = HttpClient::new(addr);
+                // (sent, answered) of each stored batch, as offsets from `started`.
+                let mut stored = Vec::new();
+                let mut refused = 0u32;
+                let mut sequence = 1u64;
+                // Keep sending while the big batch is written, and a little after.
+                while writing.load(std::sync::atomic::Ordering::SeqCst) || stored.len() < 3 {
+                    let mut batch = BatchBuilder::new("app", &format!("small-{n}:1"), sequence);
+                    for i in 0..SMALL {
+                        batch = batch.dead_letter(sequence as i64 * 100 + i, "/user/y", "U");
+                    }
+                    let body = serde_json::to_vec(&batch.build()).unwrap();
+                    let sent = std::time::Instant::now();
+                    let response = client
+                        .request("POST", "/api/v1/ingest", Some(TOKEN), &body)
+                        .expect("the server answers");
+                    let took = sent.elapsed();
+                    match response.status {
+                        200 => {
+                            assert!(
+                                took < Duration::from_secs(1),
+                                "a small batch was stored after {took:?}"
+                            );
+                            stored.push((sent - started, started.elapsed()));
+                            sequence += 1;
+                        }
+                        503 => {
+                            assert!(
+                                response.retry_after.is_some(),
+                                "503 without Retry-After: {response:?}"
+                            );
+                            refused += 1;
+                            std::thread::sleep(Duration::from_millis(50));
+                        }
+                        status => panic!("a small batch got {status}: {}", response.body),
+                    }
+                    assert!(
+                        started.elapsed() < Duration::from_secs(120),
+                        "bounded in time"
+                    );
+                }
+                (stored, refused)
+            })
+        })
+        .collect();
+    // The small senders are under way; then the big batch, resent on 503 as an agent would.
+    std::thread::sleep(Duration::from_millis(200));
+    let mut client = HttpClient::new(addr);
+    let big_started = std::time::Instant::now();
+    let big_window_start = big_started - started;
+    let big_took = loop {
+        let response = client
+            .request("POST", "/api/v1/ingest", Some(TOKEN), &big)
+            .expect("the server answers");
+        match response.status {
+            200 => break big_started.elapsed(),
+            503 => std::thread::sleep(Duration::from_millis(100)),
+            status => panic!("the big batch got {status}: {}", response.body),
+        }
+        assert!(big_started.elapsed() < Duration::from_secs(60));
+    };
+    let big_window_end = started.elapsed();
+    writing.store(false, std::sync::atomic::Ordering::SeqCst);
+    let mut small_stored = 0i64;
+    let mut during = 0usize;
+    let mut slowest = Duration::ZERO;
+    let mut refused = 0u32;
+    for sender in senders {
+        let (stored, r) = sender.join().expect("sender");
+        small_stored += stored.len() as i64;
+        during += stored
+            .iter()
+            .filter(|(sent, answered)| *sent >= big_window_start && *answered <= big_window_end)
+            .count();
+        slowest = slowest.max(
+            stored
+                .iter()
+                .map(|(sent, answered)| *answered - *sent)
+                .max()
+                .unwrap_or_default(),
+        );
+        refused += r;
+    }
+    eprintln!(
+        "60,000 dead letters stored in {big_took:?}; small batches: {small_stored} stored \
+         ({during} while it was written, slowest {slowest:?}), {refused} refused with 503"
+    );
+    assert!(
+        during >= SENDERS,
+        "small batches are stored while the big one is written: {during} \
+         (it took {big_took:?})"
+    );
+    drop(server);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let store = runtime.block_on(file.store()).unwrap();
+    let totals = runtime.block_on(store.totals()).unwrap();
+    assert_eq!(totals.dead_letters, BIG + small_stored * SMALL);
+    assert_eq!(totals.batches, 1 + small_stored);
+}

@@ -15,6 +15,16 @@
 //! member (Troupe elects by address, where Akka elects by age); `oldestPerRole` the same per
 //! role.
 //!
+//! # Singleton managers (`GET /cluster/singletons`, `GET /cluster/singletons/{name}`)
+//! What is not in Akka Management and users ask for — "is the manager on this node active?":
+//! per singleton this node has a manager for, `{name, managerActive, electedHost, hosting,
+//! hostingSinceMs, awaitingAcknowledgments, lease, holdsLease, heldMessages, latchedOut}`:
+//! whether `start` is in effect here, the host this node's view elects, whether the instance
+//! runs here and since when (Unix milliseconds), which peers' hand-over acknowledgments it
+//! waits for before hosting, the lease phase (`idle`, `acquiring`, `held`, `releasing`; null
+//! without a lease), how many messages wait here for an instance, and whether it latched out
+//! of hosting (`restart_on_termination(false)` after its instance ended).
+//!
 //! # Mutations are opt-in
 //! `POST`, `PUT` and `DELETE` answer 403 unless the agent runs with `--management-token`
 //! (`TROUPE_MANAGEMENT_TOKEN`), and then need `Authorization: Bearer <token>` (else 401), as
@@ -27,6 +37,7 @@ use serde_json::{Value, json};
 use subtle::ConstantTimeEq;
 use troupe::Address;
 use troupe::cluster::{Cluster, ClusterView, Member, MemberStatus};
+use troupe::singleton::{ClusterSingleton, ManagerStatus};
 
 /// An answer: status and JSON body.
 pub(super) type Answer = (u16, Value);
@@ -221,6 +232,54 @@ pub(super) fn join(cluster: &Cluster, body: &[u8]) -> Answer {
             message(200, format!("Joining {full}"))
         }
         Err(error) => message(400, format!("`{written}` is not an address: {error}")),
+    }
+}
+
+fn singleton_json(name: &str, status: &ManagerStatus) -> Value {
+    let since_ms = status.hosting_since.and_then(|at| {
+        at.duration_since(std::time::UNIX_EPOCH)
+            .ok()
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    });
+    json!({
+        "name": name,
+        "managerActive": status.active,
+        "electedHost": status.host.as_ref().map(ToString::to_string),
+        "hosting": status.hosting,
+        "hostingSinceMs": since_ms,
+        "awaitingAcknowledgments": status
+            .awaiting_acknowledgments
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
+        "lease": status.lease,
+        "holdsLease": status.holds_lease,
+        "heldMessages": status.held_messages,
+        "latchedOut": status.latched_out,
+    })
+}
+
+/// `GET /cluster/singletons`: each singleton's manager on this node.
+pub(super) async fn singletons(cluster: &Cluster) -> Value {
+    let singleton = ClusterSingleton::get(cluster);
+    let mut out = Vec::new();
+    for name in singleton.names() {
+        if let Some(status) = singleton.status_of(&name).await {
+            out.push(singleton_json(&name, &status));
+        }
+    }
+    json!({ "selfNode": cluster.self_address().to_string(), "singletons": out })
+}
+
+/// `GET /cluster/singletons/{name}`.
+pub(super) async fn singleton(cluster: &Cluster, written: &str) -> Answer {
+    let name = percent_decode(written);
+    match ClusterSingleton::get(cluster).status_of(&name).await {
+        Some(status) => (200, singleton_json(&name, &status)),
+        None => message(
+            404,
+            format!("No manager of singleton [{name}] on this node"),
+        ),
     }
 }
 

@@ -8,13 +8,13 @@ use libfuzzer_sys::fuzz_target;
 use tokio::time::Instant;
 use troupe::UniqueAddress;
 use troupe::transport::handshake::{
-    HELLO_LEN, Handshake, HandshakeAction, HandshakeConfig, HandshakeEvent, Role, step,
+    HELLO_LEN, Handshake, HandshakeAction, HandshakeOptions, HandshakeEvent, Role, step,
 };
 use troupe::transport::{ClusterSecret, ProtocolVersions};
 use troupe::Address;
 
 fuzz_target!(|data: &[u8]| {
-    let config = HandshakeConfig {
+    let config = HandshakeOptions {
         local: UniqueAddress {
             address: Address::new("fuzz", "127.0.0.1", 2552),
             incarnation: 7,

@@ -4,18 +4,18 @@
 //!
 //! ```no_run
 //! use troupe::ActorSystem;
-//! use troupe::cluster::{Cluster, MembershipSettings};
-//! use troupe::transport::{ClusterSecret, TcpTransportConfig};
+//! use troupe::cluster::{Cluster, MembershipOptions};
+//! use troupe::transport::{ClusterSecret, TcpTransportOptions};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let system = ActorSystem::new("demo")?;
 //! let secret = ClusterSecret::new("a shared secret, 16 bytes or more")?;
 //! let cluster = Cluster::builder(&system)
-//!     .with_membership(MembershipSettings {
+//!     .with_membership(MembershipOptions {
 //!         seeds: vec!["troupe://demo@127.0.0.1:2551".parse()?],
 //!         ..Default::default()
 //!     })
-//!     .bind_tcp(TcpTransportConfig::new("demo", "127.0.0.1:2551".parse()?, secret))
+//!     .bind_tcp(TcpTransportOptions::new("demo", "127.0.0.1:2551".parse()?, secret))
 //!     .await?;
 //! # Ok(()) }
 //! ```
@@ -31,12 +31,12 @@ use tokio::sync::mpsc;
 use super::Cluster;
 use super::daemon::GossipMembership;
 use super::error::ClusterError;
-use super::membership::MembershipSettings;
+use super::membership::MembershipOptions;
 use super::provider::MembershipProvider;
 use super::wire::CLUSTER_CHANNEL;
 use crate::remoting::Remoting;
 use crate::system::ActorSystem;
-use crate::transport::{InboundFrame, TcpTransport, TcpTransportConfig, Transport};
+use crate::transport::{InboundFrame, TcpTransport, TcpTransportOptions, Transport};
 
 /// How many inbound frames may wait for remoting before the transport's readers wait too,
 /// unless told otherwise.
@@ -44,7 +44,7 @@ pub const DEFAULT_INBOUND_CAPACITY: usize = 4_096;
 
 /// Which membership the node runs.
 enum Membership {
-    Gossip(MembershipSettings),
+    Gossip(MembershipOptions),
     Provider(Box<dyn MembershipProvider>),
 }
 
@@ -52,7 +52,7 @@ enum Membership {
 ///
 /// | setting | default |
 /// |---|---|
-/// | membership | gossip with `MembershipSettings::default()` |
+/// | membership | gossip with `MembershipOptions::default()` |
 /// | `with_provider` | none (gossip) |
 /// | `with_self_seed_if_none` | off: the seeds are the settings' |
 /// | `with_inbound_capacity` | [`DEFAULT_INBOUND_CAPACITY`] frames |
@@ -83,7 +83,7 @@ impl ClusterBuilder {
     pub(super) fn new(system: &ActorSystem) -> Self {
         Self {
             system: system.clone(),
-            membership: Membership::Gossip(MembershipSettings::default()),
+            membership: Membership::Gossip(MembershipOptions::default()),
             inbound_capacity: DEFAULT_INBOUND_CAPACITY,
             self_seed: false,
             rng_seed: None,
@@ -91,7 +91,7 @@ impl ClusterBuilder {
     }
 
     /// Gossip membership with these settings (seeds, roles, timings).
-    pub fn with_membership(mut self, settings: MembershipSettings) -> Self {
+    pub fn with_membership(mut self, settings: MembershipOptions) -> Self {
         self.membership = Membership::Gossip(settings);
         self
     }
@@ -131,7 +131,7 @@ impl ClusterBuilder {
     /// [`ClusterError::Transport`] when the transport's configuration is refused or its address
     /// cannot be bound, [`ClusterError::Spawn`] / [`ClusterError::Provider`] when membership
     /// cannot start.
-    pub async fn bind_tcp(self, config: TcpTransportConfig) -> Result<Cluster, ClusterError> {
+    pub async fn bind_tcp(self, config: TcpTransportOptions) -> Result<Cluster, ClusterError> {
         let inbound = self.check()?;
         let (tx, rx) = mpsc::channel(inbound);
         let transport = TcpTransport::bind(config, tx)
@@ -165,7 +165,7 @@ impl ClusterBuilder {
             settings.validate()?;
         }
         if self.inbound_capacity == 0 {
-            return Err(ClusterError::Settings(super::SettingsError {
+            return Err(ClusterError::Settings(super::OptionsError {
                 field: "inbound_capacity",
                 value: "0".to_owned(),
                 allowed: "at least 1 frame",

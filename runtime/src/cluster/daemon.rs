@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use super::error::ClusterError;
 use super::membership::{self, ClusterMsg};
-use super::membership::{Action, Input, Membership, MembershipSettings};
+use super::membership::{Action, Input, Membership, MembershipOptions};
 use super::provider::{Departure, MembershipControl, MembershipProvider, ViewSink};
 use super::wire::{Extensions, decode_cluster_frame_with, encode_cluster_frame_with};
 use crate::Address;
@@ -42,7 +42,7 @@ pub(crate) enum DaemonMsg {
 /// Gossip membership (the default provider): seed nodes, phi-accrual failure detection,
 /// leader actions on convergence.
 pub struct GossipMembership {
-    settings: MembershipSettings,
+    settings: MembershipOptions,
     rng_seed: Option<u64>,
     frames: mpsc::UnboundedReceiver<InboundFrame>,
 }
@@ -59,7 +59,7 @@ impl GossipMembership {
     /// Gossip membership with `settings`, fed the membership frames on `frames`. With
     /// `rng_seed`, its random choices replay exactly (tests).
     pub fn new(
-        settings: MembershipSettings,
+        settings: MembershipOptions,
         rng_seed: Option<u64>,
         frames: mpsc::UnboundedReceiver<InboundFrame>,
     ) -> Self {

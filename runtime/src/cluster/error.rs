@@ -1,6 +1,6 @@
 //! Why a cluster could not start.
 
-use super::membership::SettingsError;
+use super::membership::OptionsError;
 use crate::system::SpawnError;
 
 /// Why the cluster could not start.
@@ -8,7 +8,7 @@ use crate::system::SpawnError;
 pub enum ClusterError {
     /// A settings value cannot work.
     #[error("invalid cluster settings: {0}")]
-    Settings(#[from] SettingsError),
+    Settings(#[from] OptionsError),
     /// The daemon could not be spawned (a cluster already runs in this system?).
     #[error("cannot start the cluster daemon: {0}")]
     Spawn(#[from] SpawnError),

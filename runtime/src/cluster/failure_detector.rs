@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 /// Settings of the failure detector.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct FailureDetectorSettings {
+pub struct FailureDetectorOptions {
     /// The phi above which a peer is unreachable.
     pub threshold: f64,
     /// How many intervals to remember.
@@ -25,7 +25,7 @@ pub struct FailureDetectorSettings {
     pub heartbeat_interval: Duration,
 }
 
-impl Default for FailureDetectorSettings {
+impl Default for FailureDetectorOptions {
     fn default() -> Self {
         Self {
             threshold: 8.0,
@@ -40,7 +40,7 @@ impl Default for FailureDetectorSettings {
 /// The failure detector for one monitored peer.
 #[derive(Debug, Clone)]
 pub(super) struct PhiAccrual {
-    settings: FailureDetectorSettings,
+    settings: FailureDetectorOptions,
     intervals: VecDeque<f64>,
     sum: f64,
     sum_squares: f64,
@@ -51,7 +51,7 @@ impl PhiAccrual {
     /// Start monitoring at `now`, as if a heartbeat had just arrived, so a peer that never
     /// answers is still detected.
     #[must_use]
-    pub(super) fn new(settings: FailureDetectorSettings, now: Instant) -> Self {
+    pub(super) fn new(settings: FailureDetectorOptions, now: Instant) -> Self {
         let mut detector = Self {
             settings,
             intervals: VecDeque::new(),
@@ -120,7 +120,7 @@ mod tests {
 
     #[test]
     fn regular_heartbeats_stay_available_and_silence_becomes_unreachable_within_3s() {
-        let settings = FailureDetectorSettings::default();
+        let settings = FailureDetectorOptions::default();
         let start = Instant::now();
         let mut fd = PhiAccrual::new(settings, start);
         let mut now = start;
@@ -151,7 +151,7 @@ mod tests {
             probe in proptest::collection::vec(1u64..500, 2..30),
         ) {
             let start = Instant::now();
-            let mut fd = PhiAccrual::new(FailureDetectorSettings::default(), start);
+            let mut fd = PhiAccrual::new(FailureDetectorOptions::default(), start);
             let mut now = start;
             for gap in gaps {
                 now += Duration::from_millis(gap);

@@ -31,7 +31,7 @@ use tokio::time::Instant;
 mod simulation;
 
 use super::events::ClusterView;
-use super::failure_detector::{FailureDetectorSettings, PhiAccrual};
+use super::failure_detector::{FailureDetectorOptions, PhiAccrual};
 use super::gossip::Gossip;
 use super::member::MemberStatus;
 use super::provider::Departure;
@@ -40,7 +40,7 @@ use crate::{Address, UniqueAddress};
 /// Settings of gossip membership. The defaults detect a dead node in about 2–3 s and down it
 /// 5 s later.
 #[derive(Debug, Clone, PartialEq)]
-pub struct MembershipSettings {
+pub struct MembershipOptions {
     /// Nodes to join through; the first one may form a new cluster.
     pub seeds: Vec<Address>,
     /// This node's roles.
@@ -50,7 +50,7 @@ pub struct MembershipSettings {
     /// How often to heartbeat every other member.
     pub heartbeat_interval: Duration,
     /// Failure detector settings (its `heartbeat_interval` is kept equal to the one above).
-    pub failure_detector: FailureDetectorSettings,
+    pub failure_detector: FailureDetectorOptions,
     /// Down a member that stays unreachable this long; `None` never downs automatically.
     pub down_after: Option<Duration>,
     /// What the acting leader downs when members stayed unreachable for `down_after`.
@@ -63,14 +63,14 @@ pub struct MembershipSettings {
     pub removal_grace: Duration,
 }
 
-impl Default for MembershipSettings {
+impl Default for MembershipOptions {
     fn default() -> Self {
         Self {
             seeds: Vec::new(),
             roles: BTreeSet::new(),
             gossip_interval: Duration::from_millis(200),
             heartbeat_interval: Duration::from_millis(500),
-            failure_detector: FailureDetectorSettings::default(),
+            failure_detector: FailureDetectorOptions::default(),
             down_after: Some(Duration::from_secs(5)),
             downing: Downing::AutoDown,
             seed_node_timeout: Duration::from_secs(1),
@@ -113,7 +113,7 @@ impl Downing {
 /// A settings value that cannot work.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field} must be {allowed}, got {value}")]
-pub struct SettingsError {
+pub struct OptionsError {
     /// The field.
     pub field: &'static str,
     /// What it was.
@@ -122,12 +122,12 @@ pub struct SettingsError {
     pub allowed: &'static str,
 }
 
-impl MembershipSettings {
+impl MembershipOptions {
     /// Check the settings; the error names the field, the value and what is allowed.
-    pub fn validate(&self) -> Result<(), SettingsError> {
+    pub fn validate(&self) -> Result<(), OptionsError> {
         let positive = |field, value: Duration| {
             if value.is_zero() {
-                Err(SettingsError {
+                Err(OptionsError {
                     field,
                     value: format!("{value:?}"),
                     allowed: "> 0",
@@ -145,7 +145,7 @@ impl MembershipSettings {
         }
         let threshold = self.failure_detector.threshold;
         if threshold.is_nan() || threshold <= 0.0 {
-            return Err(SettingsError {
+            return Err(OptionsError {
                 field: "failure_detector.threshold",
                 value: self.failure_detector.threshold.to_string(),
                 allowed: "a positive number (8 is typical)",
@@ -240,7 +240,7 @@ enum Phase {
 /// One node's membership state.
 #[derive(Debug)]
 pub(super) struct Membership {
-    settings: MembershipSettings,
+    settings: MembershipOptions,
     me: UniqueAddress,
     gossip: Gossip,
     phase: Phase,
@@ -265,7 +265,7 @@ impl Membership {
     #[must_use]
     pub(super) fn new(
         me: UniqueAddress,
-        mut settings: MembershipSettings,
+        mut settings: MembershipOptions,
         now: Instant,
         rng_seed: u64,
     ) -> Self {
@@ -290,7 +290,7 @@ impl Membership {
 
     /// The settings in force.
     #[must_use]
-    pub(super) fn settings(&self) -> &MembershipSettings {
+    pub(super) fn settings(&self) -> &MembershipOptions {
         &self.settings
     }
 

@@ -29,7 +29,7 @@ type CloneMessage<M> = fn(&M) -> M;
 
 /// A router configuration that cannot work.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RouterConfigError {
+pub enum PoolRouterError {
     /// A pool of zero routees.
     #[error("pool size must be at least 1, got 0")]
     EmptyPool,
@@ -47,7 +47,7 @@ pub enum RouterConfigError {
 
 /// How to build a [`PoolRouter`]: size, strategy, routee props.
 #[must_use]
-pub struct PoolRouterConfig<A: Actor> {
+pub struct PoolRouterOptions<A: Actor> {
     size: usize,
     strategy: RoutingStrategy,
     routee_props: RouteeProps<A>,
@@ -56,16 +56,16 @@ pub struct PoolRouterConfig<A: Actor> {
     seed: Option<u64>,
 }
 
-impl<A: Actor> fmt::Debug for PoolRouterConfig<A> {
+impl<A: Actor> fmt::Debug for PoolRouterOptions<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PoolRouterConfig")
+        f.debug_struct("PoolRouterOptions")
             .field("size", &self.size)
             .field("strategy", &self.strategy)
             .finish()
     }
 }
 
-impl<A: Actor> PoolRouterConfig<A> {
+impl<A: Actor> PoolRouterOptions<A> {
     /// A round-robin pool of `size` routees, each built from `routee_props()`.
     pub fn new(size: usize, routee_props: impl FnMut() -> Props<A> + Send + 'static) -> Self {
         Self {
@@ -131,15 +131,15 @@ impl<A: Actor> PoolRouterConfig<A> {
     }
 
     /// Check the configuration and turn it into the router's props.
-    pub fn into_props(self) -> Result<Props<PoolRouter<A>>, RouterConfigError> {
+    pub fn into_props(self) -> Result<Props<PoolRouter<A>>, PoolRouterError> {
         if self.size == 0 {
-            return Err(RouterConfigError::EmptyPool);
+            return Err(PoolRouterError::EmptyPool);
         }
         if self.strategy == RoutingStrategy::ConsistentHashing && self.extract_key.is_none() {
-            return Err(RouterConfigError::MissingExtractKey);
+            return Err(PoolRouterError::MissingExtractKey);
         }
         if self.strategy == RoutingStrategy::Broadcast && self.clone_message.is_none() {
-            return Err(RouterConfigError::BroadcastNeedsClone);
+            return Err(PoolRouterError::BroadcastNeedsClone);
         }
         // A restarted router instance rebuilds its routees from the same config.
         let shared = Arc::new(parking_lot::Mutex::new(self));
@@ -154,7 +154,7 @@ impl<A: Actor> PoolRouterConfig<A> {
     }
 }
 
-impl<A: Actor> PoolRouterConfig<A>
+impl<A: Actor> PoolRouterOptions<A>
 where
     A::Msg: Clone,
 {
@@ -166,9 +166,9 @@ where
     }
 }
 
-/// The pool router actor. Build it with [`PoolRouterConfig`].
+/// The pool router actor. Build it with [`PoolRouterOptions`].
 pub struct PoolRouter<A: Actor> {
-    config: Arc<parking_lot::Mutex<PoolRouterConfig<A>>>,
+    config: Arc<parking_lot::Mutex<PoolRouterOptions<A>>>,
     routees: Vec<ActorRef<A::Msg>>,
     ids: Vec<Vec<u8>>,
     depths: Vec<MailboxDepth>,

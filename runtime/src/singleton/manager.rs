@@ -215,6 +215,14 @@ pub struct ManagerStatus {
     pub holds_lease: bool,
     /// How many messages wait for an instance here.
     pub held_messages: usize,
+    /// Since when the instance runs here (wall clock), while it does.
+    pub hosting_since: Option<std::time::SystemTime>,
+    /// The peers whose hand-over acknowledgment this manager waits for before it hosts
+    /// (empty outside a hand-over round), address-ordered.
+    pub awaiting_acknowledgments: Vec<Address>,
+    /// Where the lease is: `None` when the singleton has no lease, else `idle`, `acquiring`,
+    /// `held` or `releasing`.
+    pub lease: Option<&'static str>,
 }
 
 /// Builds the instance under the manager.
@@ -278,6 +286,8 @@ struct Active<M: RemoteMessage> {
     warned: bool,
     /// `MessagesHeld` was published for the current wait.
     holding: bool,
+    /// When the current instance was spawned.
+    hosting_since: Option<std::time::SystemTime>,
 }
 
 impl<M: RemoteMessage> SingletonManager<M> {
@@ -350,6 +360,7 @@ impl<M: RemoteMessage> SingletonManager<M> {
             hold: HoldBuffer::default(),
             warned: false,
             holding: false,
+            hosting_since: None,
         }));
         let members = self.common.cluster.view().members;
         self.apply(
@@ -576,6 +587,9 @@ impl<M: RemoteMessage> SingletonManager<M> {
                 latched_out: false,
                 holds_lease: false,
                 held_messages: 0,
+                hosting_since: None,
+                awaiting_acknowledgments: Vec::new(),
+                lease: None,
             },
             Mode::Active(active) => {
                 let state = active.state.as_ref().expect("state present");
@@ -586,6 +600,13 @@ impl<M: RemoteMessage> SingletonManager<M> {
                     latched_out: state.is_latched_out(),
                     holds_lease: state.holds_lease(),
                     held_messages: active.hold.len(),
+                    hosting_since: if state.is_hosting() {
+                        active.hosting_since
+                    } else {
+                        None
+                    },
+                    awaiting_acknowledgments: state.awaiting_acknowledgments(),
+                    lease: active.spec.lease.as_ref().map(|_| state.lease_phase()),
                 }
             }
         }
@@ -612,6 +633,7 @@ fn perform<M: RemoteMessage>(
             Ok(instance) => {
                 ctx.watch(&instance);
                 active.instance = Some(instance);
+                active.hosting_since = Some(std::time::SystemTime::now());
                 active.warned = false;
                 active.holding = false;
                 let held = active.hold.drain_all();

@@ -249,6 +249,26 @@ impl ManagerState {
         matches!(self.lease, LeasePhase::Held(_))
     }
 
+    /// The peers of the open hand-over round that have not acknowledged yet.
+    #[must_use]
+    pub(super) fn awaiting_acknowledgments(&self) -> Vec<Address> {
+        match &self.hand_over {
+            HandOverPhase::Open(round) => round.pending.iter().cloned().collect(),
+            HandOverPhase::NotStarted | HandOverPhase::Done => Vec::new(),
+        }
+    }
+
+    /// Where the lease is: `idle`, `acquiring`, `held` or `releasing`.
+    #[must_use]
+    pub(super) fn lease_phase(&self) -> &'static str {
+        match self.lease {
+            LeasePhase::Idle => "idle",
+            LeasePhase::Acquiring => "acquiring",
+            LeasePhase::Held(_) => "held",
+            LeasePhase::Releasing => "releasing",
+        }
+    }
+
     /// Where a message for the singleton goes now.
     #[must_use]
     pub(super) fn routing(&self) -> Routing {

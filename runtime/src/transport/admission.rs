@@ -11,11 +11,11 @@
 //! # Pools
 //! - **Known sources**: IP addresses that proved the cluster secret before, on a connection in
 //!   either direction (every member this node exchanges heartbeats with is one). Their
-//!   connections go to a reserved pool of [`AdmissionSettings::reserved_slots`], and spill into
+//!   connections go to a reserved pool of [`AdmissionOptions::reserved_slots`], and spill into
 //!   the general pool when that is full. A known source is never refused: when both pools are
 //!   full, the oldest pending connection of the reserved pool is evicted to make room.
-//! - **Everyone else** shares the general pool of [`AdmissionSettings::general_slots`]. One
-//!   source may hold at most [`per_source_slots`](AdmissionSettings::with_per_source_slots) of it; more from that
+//! - **Everyone else** shares the general pool of [`AdmissionOptions::general_slots`]. One
+//!   source may hold at most [`per_source_slots`](AdmissionOptions::with_per_source_slots) of it; more from that
 //!   source are refused at once. When the pool is full a newcomer is still admitted: the
 //!   pending connection that has made the least progress is evicted (one that has not sent a
 //!   valid first message before one that has; the oldest first among equals). A flood at rate
@@ -25,8 +25,8 @@
 //!
 //! # Bounds
 //! Pending connections never exceed `reserved_slots + general_slots`; the set of known sources
-//! never exceeds [`max_known_sources`](AdmissionSettings::with_max_known_sources) (the least recently proven is
-//! forgotten first) and an entry is forgotten [`known_for`](AdmissionSettings::with_known_for) after its last
+//! never exceeds [`max_known_sources`](AdmissionOptions::with_max_known_sources) (the least recently proven is
+//! forgotten first) and an entry is forgotten [`known_for`](AdmissionOptions::with_known_for) after its last
 //! proof. Refusing costs no task and no buffer: the shell closes the socket with a reset.
 //!
 //! # Shape
@@ -42,7 +42,7 @@ use tokio::time::Instant;
 
 /// Settings of the admission policy. Defaults are documented on each field's setter.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AdmissionSettings {
+pub struct AdmissionOptions {
     general_slots: usize,
     reserved_slots: usize,
     per_source_slots: usize,
@@ -50,7 +50,7 @@ pub struct AdmissionSettings {
     known_for: Duration,
 }
 
-impl Default for AdmissionSettings {
+impl Default for AdmissionOptions {
     fn default() -> Self {
         Self {
             general_slots: 256,
@@ -65,14 +65,14 @@ impl Default for AdmissionSettings {
 /// Admission settings that cannot work.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid admission setting {field}: {problem}")]
-pub struct AdmissionSettingsError {
+pub struct AdmissionOptionsError {
     /// The setting.
     pub field: &'static str,
     /// What is wrong and what is allowed.
     pub problem: String,
 }
 
-impl AdmissionSettings {
+impl AdmissionOptions {
     /// Connections from unknown sources that may be in their handshake at once (default 256).
     #[must_use]
     pub fn with_general_slots(mut self, slots: usize) -> Self {
@@ -129,11 +129,11 @@ impl AdmissionSettings {
     /// Checks every setting once, at start.
     ///
     /// # Errors
-    /// An [`AdmissionSettingsError`] naming the setting and what is allowed.
-    pub fn validate(&self) -> Result<(), AdmissionSettingsError> {
+    /// An [`AdmissionOptionsError`] naming the setting and what is allowed.
+    pub fn validate(&self) -> Result<(), AdmissionOptionsError> {
         let positive = |field, value: usize| {
             if value == 0 {
-                Err(AdmissionSettingsError {
+                Err(AdmissionOptionsError {
                     field,
                     problem: "must be > 0, got 0".to_owned(),
                 })
@@ -146,7 +146,7 @@ impl AdmissionSettings {
         positive("per_source_slots", self.per_source_slots)?;
         positive("max_known_sources", self.max_known_sources)?;
         if self.per_source_slots > self.general_slots {
-            return Err(AdmissionSettingsError {
+            return Err(AdmissionOptionsError {
                 field: "per_source_slots",
                 problem: format!(
                     "must be at most general_slots ({}), got {}",
@@ -155,7 +155,7 @@ impl AdmissionSettings {
             });
         }
         if self.known_for.is_zero() {
-            return Err(AdmissionSettingsError {
+            return Err(AdmissionOptionsError {
                 field: "known_for",
                 problem: "must be > 0, got 0ms".to_owned(),
             });
@@ -275,7 +275,7 @@ type EvictionKey = (bool, u64, ConnectionId);
 /// The admission policy's state: pending connections, per-source counts and known sources.
 #[derive(Debug, Clone)]
 pub struct Admission {
-    settings: AdmissionSettings,
+    settings: AdmissionOptions,
     pending: HashMap<ConnectionId, Pending>,
     /// Eviction order, per pool.
     order: [BTreeSet<EvictionKey>; 2],
@@ -289,7 +289,7 @@ pub struct Admission {
 impl Admission {
     /// An empty policy with these (validated) settings.
     #[must_use]
-    pub fn new(settings: AdmissionSettings) -> Self {
+    pub fn new(settings: AdmissionOptions) -> Self {
         Self {
             settings,
             pending: HashMap::new(),
@@ -302,7 +302,7 @@ impl Admission {
 
     /// The settings.
     #[must_use]
-    pub fn settings(&self) -> &AdmissionSettings {
+    pub fn settings(&self) -> &AdmissionOptions {
         &self.settings
     }
 

@@ -414,7 +414,7 @@ pub enum HandshakeRejection {
 
 /// What one side needs to run a handshake.
 #[derive(Debug, Clone)]
-pub struct HandshakeConfig {
+pub struct HandshakeOptions {
     /// This node.
     pub local: UniqueAddress,
     /// The shared secret.
@@ -441,28 +441,28 @@ pub enum Handshake {
     /// Created, nothing sent.
     Idle {
         /// Settings.
-        config: HandshakeConfig,
+        config: HandshakeOptions,
         /// Our nonce, drawn by the caller (keeps [`step`] pure).
         nonce: [u8; NONCE_LEN],
     },
     /// Our Hello is out; waiting for the peer's.
     AwaitingHello {
         /// Settings.
-        config: HandshakeConfig,
+        config: HandshakeOptions,
         /// Our Hello as sent.
         our_hello: Bytes,
     },
     /// Acceptor: waiting for the initiator to prove the secret.
     AwaitingProof {
         /// Settings.
-        config: HandshakeConfig,
+        config: HandshakeOptions,
         /// Both Hellos and the version they agree on.
         transcript: Transcript,
     },
     /// Initiator (proof sent), or acceptor (identity sent): waiting for the peer's identity.
     AwaitingIdentity {
         /// Settings.
-        config: HandshakeConfig,
+        config: HandshakeOptions,
         /// Both Hellos and the version they agree on.
         transcript: Transcript,
         /// Acceptor only: the identity message it sent, covered by the initiator's tag.
@@ -485,7 +485,7 @@ pub enum Handshake {
 impl Handshake {
     /// A handshake about to start, with a nonce the caller drew from a secure RNG.
     #[must_use]
-    pub fn new(config: HandshakeConfig, nonce: [u8; NONCE_LEN]) -> Self {
+    pub fn new(config: HandshakeOptions, nonce: [u8; NONCE_LEN]) -> Self {
         Self::Idle { config, nonce }
     }
 
@@ -633,7 +633,7 @@ fn decode(bytes: &[u8], expected: &'static str) -> Result<HandshakeMessage, Hand
 
 /// Both Hellos are known: agree on a version; the initiator proves the secret.
 fn on_hello(
-    config: HandshakeConfig,
+    config: HandshakeOptions,
     our_hello: Bytes,
     their_hello: Bytes,
 ) -> (Handshake, Vec<HandshakeAction>) {
@@ -690,7 +690,7 @@ fn on_hello(
 
 /// Acceptor: the initiator's proof. Only a correct one earns our identity.
 fn on_proof(
-    config: HandshakeConfig,
+    config: HandshakeOptions,
     transcript: Transcript,
     bytes: &[u8],
 ) -> (Handshake, Vec<HandshakeAction>) {
@@ -743,7 +743,7 @@ impl Role {
 
 /// The peer's identity: check its tag, its system and (initiator) the dialled address.
 fn on_identity(
-    config: &HandshakeConfig,
+    config: &HandshakeOptions,
     transcript: &Transcript,
     our_identity: Option<&[u8]>,
     bytes: &[u8],

@@ -40,7 +40,7 @@ use crate::address::{Address, UniqueAddress};
 
 /// How one direction of a link behaves.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct LinkConfig {
+pub struct LinkOptions {
     /// Fixed one-way delay.
     pub delay: Duration,
     /// Extra delay drawn uniformly from `0..=jitter` per frame.
@@ -49,7 +49,7 @@ pub struct LinkConfig {
     pub drop_probability: f64,
 }
 
-impl Default for LinkConfig {
+impl Default for LinkOptions {
     /// 1 ms, no jitter, no loss.
     fn default() -> Self {
         Self {
@@ -136,8 +136,8 @@ struct State {
     rng: SmallRng,
     start: Instant,
     max_frame_size: usize,
-    default_link: LinkConfig,
-    links: BTreeMap<(Address, Address), LinkConfig>,
+    default_link: LinkOptions,
+    links: BTreeMap<(Address, Address), LinkOptions>,
     blocked: BTreeSet<(Address, Address)>,
     nodes: BTreeMap<Address, Node>,
     queue: BTreeMap<(Instant, u64), InFlight>,
@@ -169,7 +169,7 @@ impl SimNetwork {
                 rng: SmallRng::seed_from_u64(seed),
                 start: Instant::now(),
                 max_frame_size: DEFAULT_MAX_FRAME_SIZE,
-                default_link: LinkConfig::default(),
+                default_link: LinkOptions::default(),
                 links: BTreeMap::new(),
                 blocked: BTreeSet::new(),
                 nodes: BTreeMap::new(),
@@ -204,12 +204,12 @@ impl SimNetwork {
     }
 
     /// The link settings used where no per-link setting exists.
-    pub fn set_default_link(&self, link: LinkConfig) {
+    pub fn set_default_link(&self, link: LinkOptions) {
         self.inner.state.lock().default_link = link;
     }
 
     /// Settings for frames from `from` to `to` (one direction).
-    pub fn set_link(&self, from: &Address, to: &Address, link: LinkConfig) {
+    pub fn set_link(&self, from: &Address, to: &Address, link: LinkOptions) {
         self.inner
             .state
             .lock()
@@ -547,9 +547,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn frames_arrive_after_the_link_delay_tagged_with_the_sender() {
         let network = SimNetwork::new(1);
-        network.set_default_link(LinkConfig {
+        network.set_default_link(LinkOptions {
             delay: Duration::from_millis(30),
-            ..LinkConfig::default()
+            ..LinkOptions::default()
         });
         let mut n = nodes(&network, 2);
         let start = Instant::now();
@@ -617,7 +617,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn frames_on_one_link_arrive_in_send_order_despite_jitter() {
         let network = SimNetwork::new(5);
-        network.set_default_link(LinkConfig {
+        network.set_default_link(LinkOptions {
             delay: Duration::from_millis(1),
             jitter: Duration::from_millis(50),
             drop_probability: 0.0,
@@ -665,7 +665,7 @@ mod tests {
             .unwrap();
         runtime.block_on(async {
             let network = SimNetwork::new(seed);
-            network.set_default_link(LinkConfig {
+            network.set_default_link(LinkOptions {
                 delay: Duration::from_millis(2),
                 jitter: Duration::from_millis(20),
                 drop_probability: 0.1,
@@ -756,7 +756,7 @@ mod tests {
                 .unwrap();
             let got = runtime.block_on(async {
                 let network = SimNetwork::new(seed);
-                network.set_default_link(LinkConfig {
+                network.set_default_link(LinkOptions {
                     delay: Duration::from_millis(delay_ms),
                     jitter: Duration::from_millis(jitter_ms),
                     drop_probability: 0.0,
@@ -794,9 +794,9 @@ mod tests {
         network.set_link(
             &a,
             &b,
-            LinkConfig {
+            LinkOptions {
                 drop_probability: 0.3,
-                ..LinkConfig::default()
+                ..LinkOptions::default()
             },
         );
         for _ in 0..1000 {

@@ -41,7 +41,7 @@
 //! secret cannot keep members from reconnecting.
 //!
 //! # TLS
-//! With [`TcpTransportConfig::with_tls`] every connection is mutual TLS first (see
+//! With [`TcpTransportOptions::with_tls`] every connection is mutual TLS first (see
 //! [`tls`](super::tls)); the handshake then runs inside it unchanged.
 
 //!
@@ -55,7 +55,7 @@ mod accept;
 mod config;
 mod writer;
 
-pub use config::{TcpTransportConfig, TcpTransportError};
+pub use config::{TcpTransportError, TcpTransportOptions};
 
 use std::collections::HashMap;
 use std::fmt;
@@ -74,15 +74,15 @@ use tokio::task::{AbortHandle, JoinHandle};
 use tokio::time::{Instant, timeout_at};
 
 use super::admission::{
-    self, Admission, AdmissionAction, AdmissionEvent, AdmissionSettings, ConnectionId, Pool,
+    self, Admission, AdmissionAction, AdmissionEvent, AdmissionOptions, ConnectionId, Pool,
 };
 use super::frame::{Decoded, FrameDecoder, encode_frame};
 use super::handshake::{
-    ClusterSecret, Handshake, HandshakeAction, HandshakeConfig, HandshakeEvent, HandshakeRejection,
-    MAX_HANDSHAKE_MESSAGE_LEN, MAX_UNPROVEN_MESSAGE_LEN, NONCE_LEN, Role, step,
+    ClusterSecret, Handshake, HandshakeAction, HandshakeEvent, HandshakeOptions,
+    HandshakeRejection, MAX_HANDSHAKE_MESSAGE_LEN, MAX_UNPROVEN_MESSAGE_LEN, NONCE_LEN, Role, step,
 };
 use super::stats::{CloseReason, TransportStats, TransportStatsSnapshot};
-use super::tls::TlsConfig;
+use super::tls::TlsOptions;
 use super::version::ProtocolVersions;
 use super::{InboundFrame, Transport, TransportError};
 use crate::address::{Address, UniqueAddress};
@@ -122,7 +122,7 @@ struct Shared {
     backoff_max: Duration,
     handshake_timeout: Duration,
     versions: ProtocolVersions,
-    admission_settings: AdmissionSettings,
+    admission_settings: AdmissionOptions,
     /// Which accepted connections may be in their handshake (lock after `admitted`).
     admission: Mutex<Admission>,
     /// The handshake task and source of every admitted connection, so one can be evicted.
@@ -134,7 +134,7 @@ struct Shared {
     max_live_handshakes: usize,
     /// Signalled when a handshake task ends.
     handshake_ended: tokio::sync::Notify,
-    tls: Option<TlsConfig>,
+    tls: Option<TlsOptions>,
     inbound: mpsc::Sender<InboundFrame>,
     stats: Arc<TransportStats>,
     runtime: tokio::runtime::Handle,
@@ -171,7 +171,7 @@ impl TcpTransport {
     /// [`TcpTransportError::InvalidConfig`] for out-of-range settings,
     /// [`TcpTransportError::Bind`] when the address cannot be bound.
     pub async fn bind(
-        config: TcpTransportConfig,
+        config: TcpTransportOptions,
         inbound: mpsc::Sender<InboundFrame>,
     ) -> Result<Arc<Self>, TcpTransportError> {
         config.validate()?;
@@ -370,8 +370,8 @@ impl Shared {
         self.shutdown.send_replace(true);
     }
 
-    fn handshake_config(&self, role: Role, expected_peer: Option<Address>) -> HandshakeConfig {
-        HandshakeConfig {
+    fn handshake_config(&self, role: Role, expected_peer: Option<Address>) -> HandshakeOptions {
+        HandshakeOptions {
             local: self.local.clone(),
             secret: self.secret.clone(),
             role,
@@ -612,7 +612,7 @@ impl WarnBudget {
 
 /// Live inbound handshake tasks allowed: every pending slot, and a quarter more for evicted
 /// tasks the runtime has not dropped yet.
-fn max_live_handshakes(admission: &AdmissionSettings) -> usize {
+fn max_live_handshakes(admission: &AdmissionOptions) -> usize {
     admission.max_pending() + admission.max_pending() / 4
 }
 
@@ -707,8 +707,8 @@ mod tests {
         ClusterSecret::new("unit-test-cluster-secret").unwrap()
     }
 
-    fn config() -> TcpTransportConfig {
-        TcpTransportConfig::new("app", "127.0.0.1:0".parse().unwrap(), secret())
+    fn config() -> TcpTransportOptions {
+        TcpTransportOptions::new("app", "127.0.0.1:0".parse().unwrap(), secret())
     }
 
     #[tokio::test]
@@ -738,7 +738,7 @@ mod tests {
                 "handshake_timeout",
             ),
             (
-                config().with_admission(AdmissionSettings::default().with_reserved_slots(0)),
+                config().with_admission(AdmissionOptions::default().with_reserved_slots(0)),
                 "reserved_slots",
             ),
             (

@@ -25,20 +25,20 @@ use crate::address::Address;
 
 /// Certificates and keys for mutual TLS between nodes. Cheap to clone.
 #[derive(Clone)]
-pub struct TlsConfig {
+pub struct TlsOptions {
     server: Arc<ServerConfig>,
     client: Arc<ClientConfig>,
 }
 
-impl fmt::Debug for TlsConfig {
+impl fmt::Debug for TlsOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("TlsConfig(mutual, keys redacted)")
+        f.write_str("TlsOptions(mutual, keys redacted)")
     }
 }
 
-/// Why a [`TlsConfig`] could not be built.
+/// Why a [`TlsOptions`] could not be built.
 #[derive(Debug, thiserror::Error)]
-pub enum TlsConfigError {
+pub enum TlsOptionsError {
     /// The CA certificate is not usable as a trust anchor.
     #[error("the cluster CA certificate is not a usable trust anchor")]
     Ca(#[source] rustls::Error),
@@ -50,36 +50,36 @@ pub enum TlsConfigError {
     Identity(#[source] rustls::Error),
 }
 
-impl TlsConfig {
+impl TlsOptions {
     /// Mutual TLS: trust certificates issued by `cluster_ca`, and present `chain` (the node's
     /// certificate first) with its private `key`, both as server and as client.
     ///
     /// # Errors
-    /// A [`TlsConfigError`] naming the part that is not usable.
+    /// A [`TlsOptionsError`] naming the part that is not usable.
     pub fn mutual(
         cluster_ca: CertificateDer<'static>,
         chain: Vec<CertificateDer<'static>>,
         key: PrivateKeyDer<'static>,
-    ) -> Result<Self, TlsConfigError> {
+    ) -> Result<Self, TlsOptionsError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut roots = RootCertStore::empty();
-        roots.add(cluster_ca).map_err(TlsConfigError::Ca)?;
+        roots.add(cluster_ca).map_err(TlsOptionsError::Ca)?;
         let roots = Arc::new(roots);
         let verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
             .build()
-            .map_err(TlsConfigError::Verifier)?;
+            .map_err(TlsOptionsError::Verifier)?;
         let server = ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
-            .map_err(TlsConfigError::Identity)?
+            .map_err(TlsOptionsError::Identity)?
             .with_client_cert_verifier(verifier)
             .with_single_cert(chain.clone(), key.clone_key())
-            .map_err(TlsConfigError::Identity)?;
+            .map_err(TlsOptionsError::Identity)?;
         let client = ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .map_err(TlsConfigError::Identity)?
+            .map_err(TlsOptionsError::Identity)?
             .with_root_certificates(roots)
             .with_client_auth_cert(chain, key)
-            .map_err(TlsConfigError::Identity)?;
+            .map_err(TlsOptionsError::Identity)?;
         Ok(Self {
             server: Arc::new(server),
             client: Arc::new(client),

@@ -13,7 +13,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use troupe::Address;
-use troupe::cluster::MembershipSettings;
+use troupe::cluster::MembershipOptions;
 use troupe::remoting::RemoteMessage;
 use troupe::singleton::ClusterSingleton;
 use troupe::singleton::{SingletonEvent, SingletonKey, SingletonProxy, StartSingletonOptions};
@@ -212,7 +212,7 @@ pub(crate) fn key(role: Option<&str>) -> SingletonKey<Cmd> {
 pub(crate) async fn cluster(
     seed: u64,
     roles: &[&[&str]],
-    settings: MembershipSettings,
+    settings: MembershipOptions,
 ) -> SimCluster {
     let mut sim = SimCluster::with_settings(seed, settings);
     for node_roles in roles {

@@ -204,7 +204,9 @@ pub async fn claim(
 /// The current claim of `actor`.
 #[utoipa::path(get, path = "/api/v1/coordination/claims/{actor}", operation_id = "lookupClaim", tag = "coordination",
     params(("actor" = crate::api::openapi::CoordinationName, Path, description = "Actor id")),
-    responses((status = 200, body = LookupDto), (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody), (status = 502, description = "The coordination backend answered with an error", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry", body = ErrorBody)),
+    responses((status = 200, body = LookupDto),
+        (status = 400, description = "An empty or control-character name", body = ErrorBody),
+        (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody), (status = 502, description = "The coordination backend answered with an error", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry", body = ErrorBody)),
     security(("coordination" = [])))]
 pub async fn lookup(
     state: web::Data<AppState>,
@@ -227,7 +229,7 @@ pub async fn lookup(
 #[utoipa::path(delete, path = "/api/v1/coordination/claims/{actor}", operation_id = "releaseClaim", tag = "coordination",
     params(("actor" = crate::api::openapi::CoordinationName, Path, description = "Actor id"), HostQuery),
     responses((status = 200, body = ClaimReleasedDto),
-        (status = 400, description = "No `host`, or unknown query parameters", body = ErrorBody),
+        (status = 400, description = "No `host`, unknown query parameters, or an empty or control-character actor id or host", body = ErrorBody),
         (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody), (status = 502, description = "The coordination backend answered with an error", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry", body = ErrorBody)),
     security(("coordination" = [])))]
 pub async fn unclaim(
@@ -250,7 +252,9 @@ pub async fn unclaim(
 /// Remove every claim of `host`.
 #[utoipa::path(post, path = "/api/v1/coordination/hosts/{host}/evict", operation_id = "evictHost", tag = "coordination",
     params(("host" = crate::api::openapi::CoordinationName, Path, description = "Host")),
-    responses((status = 200, body = EvictedDto), (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody), (status = 502, description = "The coordination backend answered with an error", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry", body = ErrorBody)),
+    responses((status = 200, body = EvictedDto),
+        (status = 400, description = "An empty or control-character name", body = ErrorBody),
+        (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody), (status = 502, description = "The coordination backend answered with an error", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry", body = ErrorBody)),
     security(("coordination" = [])))]
 pub async fn evict(
     state: web::Data<AppState>,

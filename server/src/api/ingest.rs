@@ -24,6 +24,9 @@ use crate::metrics::{Item, Outcome};
 use crate::state::AppState;
 use crate::time::now_ms;
 
+/// Bodies larger than this are parsed off the HTTP worker's thread.
+const PARSE_INLINE_BYTES: usize = 256 * 1024;
+
 /// Stores a report batch from an agent.
 #[utoipa::path(
     post,
@@ -67,7 +70,16 @@ async fn receive(
 ) -> Result<HttpResponse, ApiError> {
     state.tokens.require_ingest(req)?;
     let body = read_limited(req, payload, state.config.max_body_bytes).await?;
-    let parsed = parse(&body)?;
+    // A big body is parsed on the blocking pool: parsing megabytes on the worker's own thread
+    // would hold up every other request that worker serves (small batches included).
+    let parsed = if body.len() > PARSE_INLINE_BYTES {
+        let body = body.freeze();
+        web::block(move || parse(&body))
+            .await
+            .map_err(|e| ApiError::Unavailable(format!("parsing the batch failed: {e}")))??
+    } else {
+        parse(&body)?
+    };
     let received_ms = now_ms();
     // What is stored, streamed and exported: times too far ahead of ours clamped.
     let batch = state.store.clamp_times(&parsed, received_ms);
@@ -149,6 +161,22 @@ async fn read_limited(
     Ok(body)
 }
 
+/// Whether JSON text holds an escaped NUL (`\u0000`, not the text `\\u0000`).
+fn escapes_nul(json: &[u8]) -> bool {
+    let mut backslashes = 0usize;
+    for (i, &byte) in json.iter().enumerate() {
+        if byte == b'\\' {
+            backslashes += 1;
+            continue;
+        }
+        if byte == b'u' && backslashes % 2 == 1 && json[i + 1..].starts_with(b"0000") {
+            return true;
+        }
+        backslashes = 0;
+    }
+    false
+}
+
 /// Parses and validates a batch.
 pub(crate) fn parse(body: &[u8]) -> Result<ReportBatch, ApiError> {
     if body.is_empty() {
@@ -177,8 +205,10 @@ pub(crate) fn parse(body: &[u8]) -> Result<ReportBatch, ApiError> {
             batch.sequence
         )));
     }
-    // PostgreSQL text cannot hold NUL; refusing it here keeps both stores alike.
-    if body.windows(6).any(|w| w == b"\\u0000") {
+    // PostgreSQL text cannot hold NUL; refusing it here keeps both stores alike. What is
+    // stored is the batch as parsed (fields this server does not know are not kept), so that
+    // is what is checked.
+    if serde_json::to_vec(&batch).is_ok_and(|json| escapes_nul(&json)) {
         return Err(ApiError::BadRequest(
             "strings must not contain NUL (\\u0000)".to_owned(),
         ));
@@ -194,4 +224,17 @@ pub(crate) fn parse(body: &[u8]) -> Result<ReportBatch, ApiError> {
         );
     }
     Ok(batch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escapes_nul;
+
+    #[test]
+    fn an_escaped_nul_is_found_and_the_text_backslash_u0000_is_not_one() {
+        assert!(escapes_nul(br#"{"a":"x\u0000"}"#));
+        assert!(escapes_nul(br#"{"a":"\\\u0000"}"#));
+        assert!(!escapes_nul(br#"{"a":"\\u0000"}"#));
+        assert!(!escapes_nul(br#"{"a":"u0000"}"#));
+    }
 }

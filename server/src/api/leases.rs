@@ -201,7 +201,7 @@ pub async fn acquire(
     params(("name" = crate::api::openapi::CoordinationName, Path, description = "Lease name")),
     request_body = GrantRequest,
     responses((status = 200, body = LeaseGrantDto),
-        (status = 400, description = "A malformed body", body = ErrorBody),
+        (status = 400, description = "A malformed body, or an empty or control-character name or owner", body = ErrorBody),
         (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody),
         (status = 409, description = "The owner no longer holds the lease with that token; acquire again", body = ErrorBody),
         (status = 502, description = "The coordination backend answered with an error", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry", body = ErrorBody)),
@@ -228,7 +228,7 @@ pub async fn renew(
     params(("name" = crate::api::openapi::CoordinationName, Path, description = "Lease name")),
     request_body = GrantRequest,
     responses((status = 200, body = ReleasedDto),
-        (status = 400, description = "A malformed body", body = ErrorBody),
+        (status = 400, description = "A malformed body, or an empty or control-character name or owner", body = ErrorBody),
         (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody),
         (status = 409, description = "The owner no longer holds the lease with that token", body = ErrorBody),
         (status = 502, description = "The coordination backend answered with an error", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry", body = ErrorBody)),
@@ -253,7 +253,9 @@ pub async fn release(
 /// The grant of lease `name` made through this server, if any.
 #[utoipa::path(get, path = "/api/v1/coordination/leases/{name}", operation_id = "getLease", tag = "coordination",
     params(("name" = crate::api::openapi::CoordinationName, Path, description = "Lease name")),
-    responses((status = 200, body = LeaseStateDto), (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody)),
+    responses((status = 200, body = LeaseStateDto),
+        (status = 400, description = "An empty or control-character name", body = ErrorBody),
+        (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody)),
     security(("coordination" = [])))]
 pub async fn lease(
     state: web::Data<AppState>,

@@ -12,6 +12,10 @@ pub enum StoreError {
     /// Stored JSON text did not parse (a bug or a hand-edited row).
     #[error("stored JSON is malformed: {0}")]
     Json(#[from] serde_json::Error),
+    /// The SQLite writer cannot take the batch now (its queue is full, the batch waited too
+    /// long, or the batch is still being written); nothing was written, a retry succeeds.
+    #[error("the store is busy: {0}")]
+    Busy(&'static str),
 }
 
 impl StoreError {
@@ -23,6 +27,19 @@ impl StoreError {
     #[must_use]
     pub fn is_unavailable(&self) -> bool {
         match self {
+            Self::Busy(_) => true,
+            // SQLite: SQLITE_BUSY (5, and its extended codes such as 517) and SQLITE_LOCKED
+            // (6): another connection held the file's write lock past the busy timeout.
+            Self::Database(sqlx::Error::Database(database))
+                if database
+                    .try_downcast_ref::<sqlx::sqlite::SqliteError>()
+                    .is_some() =>
+            {
+                database.code().is_some_and(|code| {
+                    code.parse::<i32>()
+                        .is_ok_and(|code| matches!(code & 0xff, 5 | 6))
+                })
+            }
             Self::Database(
                 sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed,
             ) => true,

@@ -154,8 +154,8 @@ macro_rules! apply_state_changes {
 }
 
 /// Begins the ingest transaction `$tx`: cluster (unless its id is known) and agent rows, then
-/// the batch marker. Evaluates to `(cluster_id, Some(agent_id))`, or `(cluster_id, None)` for a
-/// batch stored before.
+/// the batch marker. Evaluates to `(cluster_id, agent_id, fresh)`; `fresh` is false for a batch
+/// whose marker existed (stored before, or on SQLite partly stored: see `sqlite`).
 macro_rules! begin_batch {
     ($tx:expr, $batch:expr, $received_ms:expr, $known_cluster:expr) => {{
         let batch: &troupe_protocol::ReportBatch = $batch;
@@ -201,7 +201,7 @@ macro_rules! begin_batch {
             .execute(&mut *$tx)
             .await?
             .rows_affected();
-        (cluster_id, (fresh == 1).then_some(agent_id))
+        (cluster_id, agent_id, fresh == 1)
     }};
 }
 

@@ -51,12 +51,12 @@ pub(super) async fn ingest(
     let rows = BatchRows::from_batch(batch)?;
     let changes = state_changes(batch);
     let mut tx = pool.begin().await?;
-    let (cluster_id, agent_id) = begin_batch!(tx, batch, received_ms, known_cluster);
-    let Some(agent_id) = agent_id else {
+    let (cluster_id, agent_id, fresh) = begin_batch!(tx, batch, received_ms, known_cluster);
+    if !fresh {
         // Stored before; the cluster therefore exists and its id is committed.
         tx.rollback().await?;
         return Ok((IngestOutcome::duplicate(), cluster_id));
-    };
+    }
     if !rows.dead_letter_minutes.minute_ms.is_empty() {
         let m = &rows.dead_letter_minutes;
         sqlx::query(UPSERT_DEAD_LETTER_MINUTES)

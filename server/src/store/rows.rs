@@ -69,7 +69,8 @@ impl BatchRows {
         let mut minutes: std::collections::BTreeMap<(i64, &str, &str), i64> = Default::default();
         for event in &batch.events {
             if let EventBody::DeadLetter(d) = &event.body {
-                let minute = event.at_ms.div_euclid(60_000) * 60_000;
+                // Saturating: the minute of a time near i64::MIN starts below it.
+                let minute = event.at_ms.div_euclid(60_000).saturating_mul(60_000);
                 *minutes
                     .entry((minute, d.recipient.as_str(), d.message_type.as_str()))
                     .or_default() += 1;
@@ -90,6 +91,12 @@ impl BatchRows {
             rows.depth_samples += tick.samples.len() as u64;
         }
         Ok(rows)
+    }
+
+    /// Rows of the history tables (events, dead letters, depth ticks), not counting the
+    /// per-minute rollups.
+    pub(super) fn row_count(&self) -> usize {
+        self.events.at_ms.len() + self.dead_letters.at_ms.len() + self.depth_ticks.at_ms.len()
     }
 
     pub(super) fn outcome(&self, operations: Vec<MemberOperation>) -> IngestOutcome {

@@ -147,22 +147,11 @@ WHERE cluster_id = $1 AND delivered_ms IS NULL
               AND COALESCE(health, 'ready') = 'ready')
 RETURNING id, address, operation";
 
-pub(crate) const INSERT_EVENT_ROW: &str = "\
-INSERT INTO events (cluster_id, agent_id, at_ms, kind, subject, detail)
-VALUES ($1, $2, $3, $4, $5, $6)";
-
-pub(crate) const INSERT_DEAD_LETTER_ROW: &str = "\
-INSERT INTO dead_letters (cluster_id, agent_id, at_ms, recipient, sender, message_type, reason)
-VALUES ($1, $2, $3, $4, $5, $6, $7)";
-
 pub(crate) const UPSERT_DEAD_LETTER_MINUTE_ROW: &str = "\
 INSERT INTO dead_letter_minutes (cluster_id, agent_id, minute_ms, recipient, message_type, count)
 VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (cluster_id, minute_ms, agent_id, recipient, message_type)
 DO UPDATE SET count = dead_letter_minutes.count + excluded.count";
-
-pub(crate) const INSERT_DEPTH_TICK_ROW: &str = "\
-INSERT INTO depth_ticks (cluster_id, agent_id, at_ms, samples) VALUES ($1, $2, $3, $4)";
 
 // --- queries ---
 

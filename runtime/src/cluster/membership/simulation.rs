@@ -9,7 +9,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::time::Duration;
 
-use super::{Action, ClusterMsg, Downing, Input, Membership, MembershipSettings};
+use super::{Action, ClusterMsg, Downing, Input, Membership, MembershipOptions};
 use crate::cluster::{ClusterEvent, ClusterView, Departure, MemberStatus, diff};
 use crate::{Address, UniqueAddress};
 use rand::rngs::SmallRng;
@@ -58,7 +58,7 @@ struct Sim {
     drop_rate: f64,
     /// Last delivery time per link, so jitter never reorders a link (per-link FIFO).
     last_delivery: BTreeMap<(usize, usize), Duration>,
-    settings: MembershipSettings,
+    settings: MembershipOptions,
     check_invariants: bool,
 }
 
@@ -67,7 +67,7 @@ fn address(i: usize) -> Address {
 }
 
 impl Sim {
-    fn new(seed: u64, settings: MembershipSettings) -> Self {
+    fn new(seed: u64, settings: MembershipOptions) -> Self {
         Self {
             seed,
             rng: SmallRng::seed_from_u64(seed),
@@ -423,8 +423,8 @@ fn check_events_replay(seed: u64, old: &ClusterView, events: &[ClusterEvent], ne
     );
 }
 
-fn settings() -> MembershipSettings {
-    MembershipSettings::default()
+fn settings() -> MembershipOptions {
+    MembershipOptions::default()
 }
 
 fn cluster_of(seed: u64, n: usize) -> Sim {

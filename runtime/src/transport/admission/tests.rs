@@ -9,8 +9,8 @@ fn ip(n: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(127, 0, 0, n))
 }
 
-fn small() -> AdmissionSettings {
-    AdmissionSettings::default()
+fn small() -> AdmissionOptions {
+    AdmissionOptions::default()
         .with_general_slots(4)
         .with_reserved_slots(2)
         .with_per_source_slots(2)
@@ -234,29 +234,29 @@ fn events_about_connections_no_longer_pending_change_nothing() {
 fn settings_that_cannot_work_are_rejected_naming_the_field() {
     for (settings, field) in [
         (
-            AdmissionSettings::default().with_general_slots(0),
+            AdmissionOptions::default().with_general_slots(0),
             "general_slots",
         ),
         (
-            AdmissionSettings::default().with_reserved_slots(0),
+            AdmissionOptions::default().with_reserved_slots(0),
             "reserved_slots",
         ),
         (
-            AdmissionSettings::default().with_per_source_slots(0),
+            AdmissionOptions::default().with_per_source_slots(0),
             "per_source_slots",
         ),
         (
-            AdmissionSettings::default()
+            AdmissionOptions::default()
                 .with_general_slots(4)
                 .with_per_source_slots(5),
             "per_source_slots",
         ),
         (
-            AdmissionSettings::default().with_max_known_sources(0),
+            AdmissionOptions::default().with_max_known_sources(0),
             "max_known_sources",
         ),
         (
-            AdmissionSettings::default().with_known_for(Duration::ZERO),
+            AdmissionOptions::default().with_known_for(Duration::ZERO),
             "known_for",
         ),
     ] {
@@ -264,7 +264,7 @@ fn settings_that_cannot_work_are_rejected_naming_the_field() {
         assert_eq!(err.field, field);
         assert!(err.to_string().contains(field), "{err}");
     }
-    assert!(AdmissionSettings::default().validate().is_ok());
+    assert!(AdmissionOptions::default().validate().is_ok());
 }
 
 /// One generated input: which event, for which of a few connections and sources.
@@ -435,7 +435,7 @@ proptest! {
     fn a_silent_flood_never_evicts_a_connection_that_progressed(
         sources in proptest::collection::vec(0u8..255, 1..300),
     ) {
-        let settings = AdmissionSettings::default().with_general_slots(16).with_per_source_slots(4);
+        let settings = AdmissionOptions::default().with_general_slots(16).with_per_source_slots(4);
         let now = Instant::now();
         let (mut state, _) = arrive(Admission::new(settings), 0, ip(254), now);
         (state, _) = run(state, AdmissionEvent::Progressed { id: 0 }, now);
@@ -454,7 +454,7 @@ proptest! {
     fn a_flood_evicts_a_connection_only_after_a_pool_full_of_newer_admissions(
         sources in proptest::collection::vec(0u8..255, 1..300),
     ) {
-        let settings = AdmissionSettings::default().with_general_slots(16).with_per_source_slots(4);
+        let settings = AdmissionOptions::default().with_general_slots(16).with_per_source_slots(4);
         let now = Instant::now();
         let (mut state, _) = arrive(Admission::new(settings), 0, ip(254), now);
         let mut admitted_after = 0;

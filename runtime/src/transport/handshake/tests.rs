@@ -28,7 +28,7 @@ fn side_with(
     speaks: ProtocolVersions,
 ) -> Handshake {
     Handshake::new(
-        HandshakeConfig {
+        HandshakeOptions {
             local,
             secret,
             role,

@@ -3,15 +3,15 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::transport::admission::AdmissionSettings;
+use crate::transport::admission::AdmissionOptions;
 use crate::transport::frame::DEFAULT_MAX_FRAME_SIZE;
 use crate::transport::handshake::ClusterSecret;
-use crate::transport::tls::TlsConfig;
+use crate::transport::tls::TlsOptions;
 use crate::transport::version::ProtocolVersions;
 
 /// Settings of a [`TcpTransport`](super::TcpTransport). Defaults are documented on each setter.
 #[derive(Debug, Clone)]
-pub struct TcpTransportConfig {
+pub struct TcpTransportOptions {
     pub(super) bind: SocketAddr,
     pub(super) system: String,
     pub(super) advertised_host: String,
@@ -23,12 +23,12 @@ pub struct TcpTransportConfig {
     pub(super) reconnect_backoff_min: Duration,
     pub(super) reconnect_backoff_max: Duration,
     pub(super) handshake_timeout: Duration,
-    pub(super) admission: AdmissionSettings,
+    pub(super) admission: AdmissionOptions,
     pub(super) protocol_versions: ProtocolVersions,
-    pub(super) tls: Option<TlsConfig>,
+    pub(super) tls: Option<TlsOptions>,
 }
 
-impl TcpTransportConfig {
+impl TcpTransportOptions {
     /// Listen on `bind` (port 0 picks a free port) for actor system `system`, authenticating
     /// peers with `secret`. The advertised host defaults to the bind IP and the incarnation to
     /// a random number.
@@ -46,17 +46,17 @@ impl TcpTransportConfig {
             reconnect_backoff_min: Duration::from_millis(100),
             reconnect_backoff_max: Duration::from_secs(5),
             handshake_timeout: Duration::from_secs(5),
-            admission: AdmissionSettings::default(),
+            admission: AdmissionOptions::default(),
             protocol_versions: ProtocolVersions::THIS_BUILD,
             tls: None,
         }
     }
 
-    /// Which accepted connections may run a handshake (default [`AdmissionSettings::default`]:
+    /// Which accepted connections may run a handshake (default [`AdmissionOptions::default`]:
     /// 256 general slots, 64 reserved for sources that proved the secret before, 8 per
     /// source); see [`admission`](crate::transport::admission).
     #[must_use]
-    pub fn with_admission(mut self, admission: AdmissionSettings) -> Self {
+    pub fn with_admission(mut self, admission: AdmissionOptions) -> Self {
         self.admission = admission;
         self
     }
@@ -73,7 +73,7 @@ impl TcpTransportConfig {
     /// Wrap every connection in mutual TLS (default: plain TCP). Both ends of a link must
     /// agree; a plain-TCP peer cannot talk to a TLS node.
     #[must_use]
-    pub fn with_tls(mut self, tls: TlsConfig) -> Self {
+    pub fn with_tls(mut self, tls: TlsOptions) -> Self {
         self.tls = Some(tls);
         self
     }
