@@ -16,6 +16,7 @@ pub mod openapi;
 pub mod probes;
 pub mod prometheus;
 pub mod routers;
+pub mod schemas;
 pub mod singletons;
 pub mod stream;
 

@@ -84,13 +84,13 @@ pub struct DeadLettersQuery {
     #[param(min_length = 1)]
     pub message_type: Option<String>,
     /// From this time (RFC 3339 or epoch ms, inclusive); per-minute counts default to the last hour.
-    #[param(value_type = Option<crate::api::openapi::TimeParameter>)]
+    #[param(value_type = Option<crate::api::schemas::TimeParameter>)]
     pub since: Option<String>,
     /// Until this time (RFC 3339 or epoch ms, exclusive).
-    #[param(value_type = Option<crate::api::openapi::TimeParameter>)]
+    #[param(value_type = Option<crate::api::schemas::TimeParameter>)]
     pub until: Option<String>,
     /// `next_cursor` of the previous page (list only).
-    #[param(value_type = Option<crate::api::openapi::PageCursor>)]
+    #[param(value_type = Option<crate::api::schemas::PageCursor>)]
     pub cursor: Option<String>,
     /// Page size, 1..=1000 (default 100; list only).
     #[param(minimum = 1, maximum = 1000, default = 100)]

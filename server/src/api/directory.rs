@@ -31,7 +31,7 @@ pub const OLDEST_REVISION_HEADER: &str = "x-troupe-oldest-revision";
 #[serde(deny_unknown_fields)]
 pub struct ClaimRequest {
     /// The claiming host: not empty, no control characters.
-    #[schema(value_type = crate::api::openapi::CoordinationName)]
+    #[schema(value_type = crate::api::schemas::CoordinationName)]
     pub host: String,
 }
 
@@ -142,7 +142,7 @@ pub struct WatchDto {
 #[serde(deny_unknown_fields)]
 pub struct HostQuery {
     /// The host whose claim to remove.
-    #[param(value_type = crate::api::openapi::CoordinationName)]
+    #[param(value_type = crate::api::schemas::CoordinationName)]
     pub host: String,
 }
 
@@ -170,7 +170,7 @@ fn directory_error(error: DirectoryError) -> ApiError {
 
 /// Claim `actor` for `host`; exactly one of concurrent claimants wins.
 #[utoipa::path(post, path = "/api/v1/coordination/claims/{actor}", operation_id = "claimActor", tag = "coordination",
-    params(("actor" = crate::api::openapi::CoordinationName, Path, description = "Actor id")),
+    params(("actor" = crate::api::schemas::CoordinationName, Path, description = "Actor id")),
     request_body = ClaimRequest,
     responses((status = 200, description = "`won`: whether the claimant owns the actor now; `claim`: the claim in force", body = ClaimOutcomeDto),
         (status = 400, description = "A malformed body, or an empty or control-character actor id or host", body = ErrorBody),
@@ -203,7 +203,7 @@ pub async fn claim(
 
 /// The current claim of `actor`.
 #[utoipa::path(get, path = "/api/v1/coordination/claims/{actor}", operation_id = "lookupClaim", tag = "coordination",
-    params(("actor" = crate::api::openapi::CoordinationName, Path, description = "Actor id")),
+    params(("actor" = crate::api::schemas::CoordinationName, Path, description = "Actor id")),
     responses((status = 200, body = LookupDto),
         (status = 400, description = "An empty or control-character name", body = ErrorBody),
         (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody), (status = 502, description = "The coordination backend answered with an error", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry", body = ErrorBody)),
@@ -227,7 +227,7 @@ pub async fn lookup(
 
 /// Remove `host`'s claim of `actor`.
 #[utoipa::path(delete, path = "/api/v1/coordination/claims/{actor}", operation_id = "releaseClaim", tag = "coordination",
-    params(("actor" = crate::api::openapi::CoordinationName, Path, description = "Actor id"), HostQuery),
+    params(("actor" = crate::api::schemas::CoordinationName, Path, description = "Actor id"), HostQuery),
     responses((status = 200, body = ClaimReleasedDto),
         (status = 400, description = "No `host`, unknown query parameters, or an empty or control-character actor id or host", body = ErrorBody),
         (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody), (status = 502, description = "The coordination backend answered with an error", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry", body = ErrorBody)),
@@ -251,7 +251,7 @@ pub async fn unclaim(
 
 /// Remove every claim of `host`.
 #[utoipa::path(post, path = "/api/v1/coordination/hosts/{host}/evict", operation_id = "evictHost", tag = "coordination",
-    params(("host" = crate::api::openapi::CoordinationName, Path, description = "Host")),
+    params(("host" = crate::api::schemas::CoordinationName, Path, description = "Host")),
     responses((status = 200, body = EvictedDto),
         (status = 400, description = "An empty or control-character name", body = ErrorBody),
         (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody), (status = 502, description = "The coordination backend answered with an error", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry", body = ErrorBody)),

@@ -89,11 +89,11 @@ pub struct EventPage {
 pub struct EventsQuery {
     /// Only these kinds; repeat the parameter (`kind=MemberUp&kind=LeaderChanged`).
     #[serde(default)]
-    #[param(value_type = Option<Vec<crate::api::openapi::EventKindName>>, style = Form, explode)]
+    #[param(value_type = Option<Vec<crate::api::schemas::EventKindName>>, style = Form, explode)]
     pub kind: Vec<String>,
     /// Only these categories; repeatable.
     #[serde(default)]
-    #[param(value_type = Option<Vec<crate::api::openapi::EventCategoryName>>, style = Form, explode)]
+    #[param(value_type = Option<Vec<crate::api::schemas::EventCategoryName>>, style = Form, explode)]
     pub category: Vec<String>,
     /// Only events reported by this node address.
     #[param(min_length = 1)]
@@ -102,13 +102,13 @@ pub struct EventsQuery {
     #[param(min_length = 1)]
     pub subject: Option<String>,
     /// From this time (RFC 3339 or epoch ms, inclusive).
-    #[param(value_type = Option<crate::api::openapi::TimeParameter>)]
+    #[param(value_type = Option<crate::api::schemas::TimeParameter>)]
     pub since: Option<String>,
     /// Until this time (RFC 3339 or epoch ms, exclusive).
-    #[param(value_type = Option<crate::api::openapi::TimeParameter>)]
+    #[param(value_type = Option<crate::api::schemas::TimeParameter>)]
     pub until: Option<String>,
     /// `next_cursor` of the previous page.
-    #[param(value_type = Option<crate::api::openapi::PageCursor>)]
+    #[param(value_type = Option<crate::api::schemas::PageCursor>)]
     pub cursor: Option<String>,
     /// Page size, 1..=1000 (default 100).
     #[param(minimum = 1, maximum = 1000, default = 100)]

@@ -21,7 +21,7 @@ use crate::state::AppState;
 pub struct AcquireRequest {
     /// Who acquires (typically the node's address): not empty, at most 512 bytes, no control
     /// characters.
-    #[schema(value_type = crate::api::openapi::CoordinationName)]
+    #[schema(value_type = crate::api::schemas::CoordinationName)]
     pub owner: String,
     /// Time to live of the grant, milliseconds, 1000..=3600000 (1 s to 1 h).
     #[serde(with = "troupe_protocol::wire::u64_string")]
@@ -60,7 +60,7 @@ impl ToSchema for LeaseTtl {
 #[serde(deny_unknown_fields)]
 pub struct GrantRequest {
     /// The holder.
-    #[schema(value_type = crate::api::openapi::CoordinationName)]
+    #[schema(value_type = crate::api::schemas::CoordinationName)]
     pub owner: String,
     /// The grant's fencing token.
     #[serde(with = "troupe_protocol::wire::u64_string")]
@@ -162,7 +162,7 @@ pub(crate) fn name_ok(what: &str, value: &str) -> Result<(), ApiError> {
 /// Acquire lease `name` for `owner`: `granted` and a fencing token, or `granted: false` when
 /// another owner holds it. Acquiring again while holding extends the grant.
 #[utoipa::path(post, path = "/api/v1/coordination/leases/{name}/acquire", operation_id = "acquireLease", tag = "coordination",
-    params(("name" = crate::api::openapi::CoordinationName, Path, description = "Lease name")),
+    params(("name" = crate::api::schemas::CoordinationName, Path, description = "Lease name")),
     request_body = AcquireRequest,
     responses((status = 200, description = "Granted, or `granted: false` when another owner holds it", body = LeaseGrantDto),
         (status = 400, description = "A malformed body, an empty or control-character name or owner, or a TTL or renew interval out of range", body = ErrorBody),
@@ -198,7 +198,7 @@ pub async fn acquire(
 
 /// Renew the grant `token` of `owner`; 409 when it is no longer held (lost: acquire again).
 #[utoipa::path(post, path = "/api/v1/coordination/leases/{name}/renew", operation_id = "renewLease", tag = "coordination",
-    params(("name" = crate::api::openapi::CoordinationName, Path, description = "Lease name")),
+    params(("name" = crate::api::schemas::CoordinationName, Path, description = "Lease name")),
     request_body = GrantRequest,
     responses((status = 200, body = LeaseGrantDto),
         (status = 400, description = "A malformed body, or an empty or control-character name or owner", body = ErrorBody),
@@ -225,7 +225,7 @@ pub async fn renew(
 
 /// Release the grant `token` of `owner`; `released: false` when it did not hold it.
 #[utoipa::path(post, path = "/api/v1/coordination/leases/{name}/release", operation_id = "releaseLease", tag = "coordination",
-    params(("name" = crate::api::openapi::CoordinationName, Path, description = "Lease name")),
+    params(("name" = crate::api::schemas::CoordinationName, Path, description = "Lease name")),
     request_body = GrantRequest,
     responses((status = 200, body = ReleasedDto),
         (status = 400, description = "A malformed body, or an empty or control-character name or owner", body = ErrorBody),
@@ -252,7 +252,7 @@ pub async fn release(
 
 /// The grant of lease `name` made through this server, if any.
 #[utoipa::path(get, path = "/api/v1/coordination/leases/{name}", operation_id = "getLease", tag = "coordination",
-    params(("name" = crate::api::openapi::CoordinationName, Path, description = "Lease name")),
+    params(("name" = crate::api::schemas::CoordinationName, Path, description = "Lease name")),
     responses((status = 200, body = LeaseStateDto),
         (status = 400, description = "An empty or control-character name", body = ErrorBody),
         (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody)),

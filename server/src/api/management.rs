@@ -358,7 +358,7 @@ pub struct DomainEventsQuery {
     /// Only these event types (Akka's names: `MemberUp`, `MemberDowned`, `UnreachableMember`,
     /// `LeaderChanged`, …); repeatable.
     #[serde(default, rename = "type")]
-    #[param(value_type = Option<Vec<crate::api::openapi::DomainEventType>>, style = Form, explode)]
+    #[param(value_type = Option<Vec<DomainEventType>>, style = Form, explode)]
     pub types: Vec<String>,
     /// Open a fresh stream with a `CurrentClusterState` event (members, unreachable, leader).
     #[serde(default)]
@@ -538,3 +538,13 @@ mod tests {
         assert_eq!(akka_status("removed"), "Removed");
     }
 }
+
+crate::api::schemas::named_schema!(
+    /// An Akka domain-event type's name.
+    DomainEventType = "DomainEventType",
+    utoipa::openapi::schema::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .enum_values(Some(DOMAIN_EVENTS))
+        .description(Some("An Akka Management domain-event type"))
+        .into()
+);

@@ -89,10 +89,10 @@ pub struct DepthQuery {
     #[param(min_length = 1)]
     pub path: Option<String>,
     /// From (RFC 3339 or epoch ms; default one hour before `until`); before `until`.
-    #[param(value_type = Option<crate::api::openapi::TimeParameter>)]
+    #[param(value_type = Option<crate::api::schemas::TimeParameter>)]
     pub since: Option<String>,
     /// Until (RFC 3339 or epoch ms; default now).
-    #[param(value_type = Option<crate::api::openapi::TimeParameter>)]
+    #[param(value_type = Option<crate::api::schemas::TimeParameter>)]
     pub until: Option<String>,
     /// Bucket width in seconds, 1..=31622400 (a leap year; default: the range in 60 buckets).
     #[param(minimum = 1, maximum = 31_622_400)]

@@ -40,7 +40,7 @@ use crate::time::rfc3339;
 pub struct StreamQuery {
     /// Only these kinds; repeat the parameter (`type=MemberUp&type=LeaderChanged`).
     #[serde(default, rename = "type")]
-    #[param(value_type = Option<Vec<crate::api::openapi::EventKindName>>, style = Form, explode)]
+    #[param(value_type = Option<Vec<crate::api::schemas::EventKindName>>, style = Form, explode)]
     pub kinds: Vec<String>,
     /// Only this cluster (absent: every cluster).
     #[param(min_length = 1)]
