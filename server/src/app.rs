@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::dev::Server;
-use actix_web::{HttpServer, middleware};
+use actix_web::{HttpServer, middleware, web};
 use tokio::sync::watch;
 
 use troupe_coordination::etcd::{EtcdDirectory, EtcdLeases};
@@ -26,6 +26,7 @@ use crate::otel::{Endpoint, EventExport, ExportError, Signal};
 use crate::state::{AppState, ShutdownTrigger};
 use crate::store::{Store, StoreError};
 use crate::time::now_ms;
+use crate::viewer::{self, ViewerAccess};
 use crate::{api, observe, ui};
 
 /// Rows retention deletes per table and statement; small enough that ingest never waits long.
@@ -46,6 +47,9 @@ pub enum AppError {
     /// The TLS certificate or key could not be used.
     #[error("tls: {0}")]
     Tls(#[from] crate::tls::TlsError),
+    /// Read access is misconfigured, or missing on a non-loopback listener.
+    #[error("{0}")]
+    Viewer(#[from] crate::viewer::ViewerConfigError),
     /// The listen address could not be bound, or the server failed.
     #[error("http server: {0}")]
     Io(#[from] std::io::Error),
@@ -124,6 +128,7 @@ impl std::fmt::Debug for App {
 impl App {
     /// Opens the store (applying migrations), binds the listen address and prepares the server.
     pub async fn build(config: Config) -> Result<Self, AppError> {
+        let viewer = Arc::new(ViewerAccess::from_config(&config)?);
         let store = match &config.database_url {
             Some(url) => {
                 Store::connect_postgres_with(
@@ -177,6 +182,9 @@ impl App {
         let app_state = state.clone();
         let mut server = HttpServer::new(move || {
             actix_web::App::new()
+                .app_data(web::Data::new(viewer.clone()))
+                // Inside the request span and metrics, so a refused read is observed too.
+                .wrap(middleware::from_fn(viewer::gate))
                 .wrap(middleware::from_fn(observe::request))
                 .wrap(
                     // Ingest and scrapes are counted in /metrics; logging each would drown

@@ -79,7 +79,8 @@ fn check(req: &HttpRequest, expected: Option<&str>) -> Result<(), ApiError> {
     }
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+/// Compares in time that depends on the lengths only.
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }

@@ -58,6 +58,35 @@ pub struct Config {
     #[arg(long, env = "TROUPE_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
 
+    /// Read credential for the API, the live stream and the dashboard: clients send it as
+    /// `Authorization: Bearer <token>`, browsers as the HTTP Basic password (any user name).
+    /// The admin token also grants reading. Unset (and no --trusted-proxy-header): reads are
+    /// open, which is allowed only when --listen is a loopback address (see
+    /// --allow-anonymous-read). Probes, /metrics and the OpenAPI document stay open.
+    #[arg(long, env = "TROUPE_VIEWER_TOKEN", hide_env_values = true)]
+    pub viewer_token: Option<String>,
+
+    /// Header in which an authenticating proxy in front of the server names the signed-in
+    /// user (oauth2-proxy: `X-Forwarded-User`); a request carrying it is let in to read, but
+    /// only from a source address in --trusted-proxy-cidrs (from anywhere else it is ignored).
+    #[arg(
+        long,
+        env = "TROUPE_TRUSTED_PROXY_HEADER",
+        requires = "trusted_proxy_cidrs"
+    )]
+    pub trusted_proxy_header: Option<String>,
+
+    /// Source address ranges (comma-separated CIDRs, `10.0.0.0/8,fd00::/8`; a bare address is
+    /// one host) of the proxy whose --trusted-proxy-header is believed.
+    #[arg(long, env = "TROUPE_TRUSTED_PROXY_CIDRS", value_delimiter = ',')]
+    pub trusted_proxy_cidrs: Vec<crate::cidr::Cidr>,
+
+    /// Serve the API, live stream and dashboard without a read credential on a non-loopback
+    /// --listen address (without this the server refuses to start there). Logged at WARN on
+    /// every start: use it only where the network itself is the access control.
+    #[arg(long, env = "TROUPE_ALLOW_ANONYMOUS_READ", default_value_t = false)]
+    pub allow_anonymous_read: bool,
+
     /// Bearer token agents send to the coordination API (`/api/v1/coordination/…`: leases and
     /// the actor directory). Unset: the coordination API answers 403.
     #[arg(long, env = "TROUPE_COORDINATION_TOKEN", hide_env_values = true)]
@@ -149,6 +178,10 @@ impl Config {
             db_acquire_timeout_ms: 5_000,
             ingest_token: None,
             admin_token: None,
+            viewer_token: None,
+            trusted_proxy_header: None,
+            trusted_proxy_cidrs: Vec::new(),
+            allow_anonymous_read: false,
             enable_member_operations: false,
             coordination_token: None,
             etcd_endpoints: Vec::new(),

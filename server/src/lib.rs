@@ -25,6 +25,7 @@ pub mod address;
 pub mod api;
 pub mod app;
 pub mod auth;
+pub mod cidr;
 pub mod config;
 pub mod coordination;
 pub mod error;
@@ -44,6 +45,7 @@ pub mod testing;
 pub mod time;
 pub mod tls;
 pub mod ui;
+pub mod viewer;
 
 pub use app::{App, AppError};
 pub use config::Config;

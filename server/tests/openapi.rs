@@ -84,7 +84,10 @@ fn each_token_is_its_own_security_scheme_and_each_guarded_operation_names_its_to
     let doc = document();
     let schemes = doc["components"]["securitySchemes"].as_object().unwrap();
     let names: BTreeSet<&str> = schemes.keys().map(String::as_str).collect();
-    assert_eq!(names, BTreeSet::from(["admin", "coordination", "ingest"]));
+    assert_eq!(
+        names,
+        BTreeSet::from(["admin", "coordination", "ingest", "viewer", "viewerBasic"])
+    );
     let scheme_of = |method: &str, path: &str| {
         let operation = &doc["paths"][path][method];
         let security = operation["security"]
@@ -109,7 +112,30 @@ fn each_token_is_its_own_security_scheme_and_each_guarded_operation_names_its_to
         scheme_of("post", "/api/v1/coordination/leases/{name}/acquire"),
         ["coordination"]
     );
-    assert!(scheme_of("get", "/api/v1/clusters").is_empty());
+    // Every read needs the viewer credential (or the admin token) and may answer 401; the
+    // probes, metrics and the document itself stay open.
+    for (method, path, operation) in operations(&doc) {
+        let open = matches!(
+            path.as_str(),
+            "/livez" | "/readyz" | "/metrics" | "/api/v1/openapi.json" | "/api/v1/docs"
+        );
+        let schemes = scheme_of(&method, &path);
+        if open {
+            assert!(schemes.is_empty(), "{method} {path} is open: {schemes:?}");
+        } else if method == "get" && !path.starts_with("/api/v1/coordination/") {
+            assert_eq!(
+                schemes,
+                ["viewer", "viewerBasic", "admin"],
+                "{method} {path}"
+            );
+        }
+        if !open {
+            assert!(
+                operation["responses"]["401"].is_object(),
+                "{method} {path} does not declare its 401"
+            );
+        }
+    }
 }
 
 #[test]

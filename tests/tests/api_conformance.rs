@@ -22,6 +22,9 @@ const SECRET: &str = "e2e api conformance secret, long enough";
 const INGEST: &str = "conformance-ingest";
 const ADMIN: &str = "conformance-admin";
 const COORDINATION: &str = "conformance-coordination";
+/// The read credential: every read operation needs it (or the admin token), so schemathesis
+/// also checks that each answers 401 without it (`ignored_auth`).
+const VIEWER: &str = "conformance-viewer";
 const WAIT: Duration = Duration::from_secs(60);
 /// Upper bound of the whole schemathesis run.
 const FUZZ_BUDGET: Duration = Duration::from_secs(300);
@@ -64,6 +67,8 @@ async fn start_server(dir: &Path) -> (Process, String) {
         ADMIN,
         "--coordination-token",
         COORDINATION,
+        "--viewer-token",
+        VIEWER,
         "--enable-member-operations",
     ]);
     let mut process = Process::start(&binary("troupe-server"), &args);
@@ -113,6 +118,7 @@ async fn wait_up(url: &str, count: usize) {
     loop {
         let members: serde_json::Value = match client
             .get(format!("{url}/api/v1/clusters/e2e/members"))
+            .bearer_auth(VIEWER)
             .send()
             .await
         {
@@ -173,6 +179,13 @@ bearer = "{ADMIN}"
 
 [auth.openapi.coordination]
 bearer = "{COORDINATION}"
+
+[auth.openapi.viewer]
+bearer = "{VIEWER}"
+
+[auth.openapi.viewerBasic]
+username = "schemathesis"
+password = "{VIEWER}"
 
 # renew_interval_ms must be at most a third of ttl_ms: a rule between two fields that JSON
 # Schema cannot state, so a pair the schema allows may be refused (400, naming the rule).

@@ -5,6 +5,8 @@ use actix_web::HttpResponse;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
+use crate::viewer::Route;
+
 /// The management API, described.
 #[derive(Debug, OpenApi)]
 #[openapi(
@@ -19,9 +21,15 @@ use utoipa::{Modify, OpenApi};
             `{\"message\"}`). A method a path does not serve answers 405 with an `Allow` header; a \
             path under `/api/v1` or `/management` that names no resource answers 404. 503 (with \
             `Retry-After`) means the store is away for now: retry.\n\n\
-            Three bearer tokens, each its own security scheme: `ingest` (agents' reports), \
-            `admin` (member operations, with `--enable-member-operations`) and `coordination` \
-            (leases and the actor directory). Reading the management API needs none."
+            Four tokens, each its own security scheme: `ingest` (agents' reports), \
+            `admin` (member operations, with `--enable-member-operations`), `coordination` \
+            (leases and the actor directory) and `viewer` (reading: every GET but the probes, \
+            `/metrics` and this document, when the server has `--viewer-token` or \
+            `--trusted-proxy-header`). The viewer token goes as a Bearer token (`viewer`) or as \
+            the HTTP Basic password (`viewerBasic`, any user name; what browsers send); the \
+            admin token also grants reading; behind an authenticating proxy the user header it \
+            sets (from `--trusted-proxy-cidrs` only) does too. Without a read credential \
+            configured, reads are open (loopback listeners only)."
     ),
     paths(
         super::probes::livez,
@@ -116,6 +124,13 @@ impl Modify for TokenSchemes {
                 bearer("The admin token operators send for member operations (--admin-token, TROUPE_ADMIN_TOKEN); refused when none is configured."),
             );
             components.add_security_scheme(
+                "viewer",
+                bearer("The viewer token for reading the API, the live stream and the dashboard (--viewer-token, TROUPE_VIEWER_TOKEN); the admin token is accepted too. Needed only when the server has a read credential configured."),
+            );
+            let mut basic = Http::new(HttpAuthScheme::Basic);
+            basic.description = Some("The viewer (or admin) token as the HTTP Basic password, any user name: how a browser sends it after the server's `WWW-Authenticate: Basic` challenge.".to_owned());
+            components.add_security_scheme("viewerBasic", SecurityScheme::Http(basic));
+            components.add_security_scheme(
                 "coordination",
                 bearer("The coordination token agents send to the leases and directory API (--coordination-token, TROUPE_COORDINATION_TOKEN); the API answers 403 when none is configured."),
             );
@@ -141,7 +156,48 @@ pub fn document_value() -> serde_json::Value {
             refuse_nul(schema);
         }
     }
+    guard_reads(&mut doc);
     doc
+}
+
+/// Every operation on a read route ([`Route::Read`]) that names no token of its own needs the
+/// viewer credential (or the admin token), and may answer 401: the gate in `viewer` answers
+/// it before the handler, in the error shape of the surface (Akka's under `/management`).
+fn guard_reads(doc: &mut serde_json::Value) {
+    let Some(paths) = doc["paths"].as_object_mut() else {
+        return;
+    };
+    for (path, item) in paths.iter_mut() {
+        if Route::of(path) != Route::Read {
+            continue;
+        }
+        let body = if path.starts_with("/management/") {
+            "ManagementMessage"
+        } else {
+            "ErrorBody"
+        };
+        let Some(item) = item.as_object_mut() else {
+            continue;
+        };
+        for operation in item.values_mut().filter_map(|o| o.as_object_mut()) {
+            operation.entry("security").or_insert_with(
+                || serde_json::json!([{ "viewer": [] }, { "viewerBasic": [] }, { "admin": [] }]),
+            );
+            if let Some(responses) = operation
+                .get_mut("responses")
+                .and_then(|r| r.as_object_mut())
+            {
+                responses.entry("401").or_insert_with(|| {
+                    serde_json::json!({
+                        "description": "Missing or wrong credential (the server has a read credential configured)",
+                        "content": { "application/json": { "schema": {
+                            "$ref": format!("#/components/schemas/{body}")
+                        } } }
+                    })
+                });
+            }
+        }
+    }
 }
 
 /// Pattern of a string without NUL.
