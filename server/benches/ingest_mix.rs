@@ -112,7 +112,9 @@ fn body(agent: usize, agents: usize, i: usize) -> EventBody {
         5 => EventBody::RouteesChanged(RouteesChange {
             router: format!("/user/router-{}", (i / 20) % 3),
             strategy: RoutingStrategy::SmallestMailbox,
-            routees: (0..4).map(|k| format!("{}/user/worker-{k}", node(agent))).collect(),
+            routees: (0..4)
+                .map(|k| format!("{}/user/worker-{k}", node(agent)))
+                .collect(),
         }),
         6 => EventBody::AgentHealthChanged(HealthChange {
             health: AgentHealth::Ready,
@@ -312,7 +314,8 @@ fn run(args: &Args, agents: usize, seconds: u64, copy_seconds: u64) -> RunResult
                 let mut latencies = Vec::new();
                 let (mut sequence, mut state, mut ticks) = (1u64, 0u64, 0u64);
                 // Agents start their ticks spread over the first second.
-                let mut last_tick = Instant::now() - Duration::from_millis((agent as u64 * 37) % 1000);
+                let mut last_tick =
+                    Instant::now() - Duration::from_millis((agent as u64 * 37) % 1000);
                 while !stop.load(Ordering::Relaxed) {
                     sequence += 1;
                     let at = now_ms();
@@ -413,7 +416,9 @@ fn main() {
         .agents
         .iter()
         .map(|&agents| {
-            eprintln!("ingest_mix: {agents} agents, {copy_seconds} s COPY floor, {seconds} s ingest");
+            eprintln!(
+                "ingest_mix: {agents} agents, {copy_seconds} s COPY floor, {seconds} s ingest"
+            );
             run(&args, agents, seconds, copy_seconds)
         })
         .collect();
