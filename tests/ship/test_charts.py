@@ -315,10 +315,14 @@ def test_server_chart_objects(path):
     env = env_of(container)
     # The database URL and every token come from Secrets.
     for name in ("DATABASE_URL", "TROUPE_INGEST_TOKEN", "TROUPE_ADMIN_TOKEN",
-                 "TROUPE_COORDINATION_TOKEN"):
+                 "TROUPE_COORDINATION_TOKEN", "TROUPE_VIEWER_TOKEN"):
         if name in env:
             assert "value" not in env[name] and "secretKeyRef" in env[name]["valueFrom"], name
     assert "secretKeyRef" in env["DATABASE_URL"]["valueFrom"]
+    # The server listens on 0.0.0.0: it refuses to start without a read credential.
+    assert "TROUPE_VIEWER_TOKEN" in env or "TROUPE_TRUSTED_PROXY_HEADER" in env, env
+    if "TROUPE_TRUSTED_PROXY_HEADER" in env:
+        assert env["TROUPE_TRUSTED_PROXY_CIDRS"]["value"], "a proxy header without its sources"
     assert not [o for o in objs if o["kind"] == "Secret"], "the chart never writes secrets"
     # Probes on the server's endpoints.
     assert container["livenessProbe"]["httpGet"]["path"] == "/livez"
@@ -361,3 +365,30 @@ def test_the_prometheus_rule_object_holds_rules_promtool_accepts(tmp_path):
     result = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("values, says", [
+    ({"secret": {"viewerTokenKey": ""}}, "needs a read credential"),
+    ({"server": {"trustedProxy": {"header": "X-Auth-Request-User"}}},
+     "server.trustedProxy.header needs server.trustedProxy.cidrs"),
+])
+def test_a_server_without_a_read_credential_is_refused_at_render_time(values, says):
+    with pytest.raises(Exception) as refused:
+        render(SERVER, values)
+    assert says in str(refused.value)
+
+
+def test_the_viewer_token_and_the_proxy_header_reach_the_server_as_its_flags_variables():
+    _, objs = rendered(SERVER, None)
+    env = env_of(one(objs, "Deployment")["spec"]["template"]["spec"]["containers"][0])
+    assert env["TROUPE_VIEWER_TOKEN"]["valueFrom"]["secretKeyRef"]["key"] == "viewer-token"
+    objs = objects(render(SERVER, {"secret": {"viewerTokenKey": ""}, "server": {
+        "trustedProxy": {"header": "X-Auth-Request-User", "cidrs": ["10.0.0.0/8", "fd00::/8"]}}}))
+    env = env_of(one(objs, "Deployment")["spec"]["template"]["spec"]["containers"][0])
+    assert "TROUPE_VIEWER_TOKEN" not in env
+    assert env["TROUPE_TRUSTED_PROXY_HEADER"]["value"] == "X-Auth-Request-User"
+    assert env["TROUPE_TRUSTED_PROXY_CIDRS"]["value"] == "10.0.0.0/8,fd00::/8"
+    # The variables are the server's own (its clap arguments, which --help lists).
+    help_text = (Path(__file__).resolve().parents[2] / "server" / "src" / "config.rs").read_text()
+    for name in ("TROUPE_VIEWER_TOKEN", "TROUPE_TRUSTED_PROXY_HEADER", "TROUPE_TRUSTED_PROXY_CIDRS"):
+        assert f'env = "{name}"' in help_text, name
