@@ -124,7 +124,11 @@ async fn the_shop_example_serves_asks_through_its_router_and_its_singleton() {
         .collect();
     let at = |r: &serde_json::Value| -> u64 { r["at_us"].as_str().unwrap().parse().unwrap() };
     records.sort_by_key(at);
-    assert_eq!(records.len() % 2, 1, "starts and stops alternate: {records:?}");
+    assert_eq!(
+        records.len() % 2,
+        1,
+        "starts and stops alternate: {records:?}"
+    );
     for (i, record) in records.iter().enumerate() {
         let expected = if i % 2 == 0 { "start" } else { "stop" };
         assert_eq!(record["event"], expected, "{records:?}");
@@ -136,7 +140,10 @@ async fn the_shop_example_serves_asks_through_its_router_and_its_singleton() {
             );
         }
     }
-    assert!(records.len() <= 3, "at most one move while forming: {records:?}");
+    assert!(
+        records.len() <= 3,
+        "at most one move while forming: {records:?}"
+    );
     let last = records.last().unwrap();
     assert_eq!(last["host"], host, "{records:?}");
     assert_eq!(last["incarnation"], incarnation, "{records:?}");
