@@ -10,8 +10,9 @@
 //!
 //! # Contract
 //! - `acquire` resolves to `Some(token)` when this handle holds the lease (also when it already
-//!   did), `None` when another owner holds it, or an error when the provider cannot be reached.
-//!   It never waits for the lease to become free; the caller retries.
+//!   did), `None` when another owner holds it or when the store's answer came after the grant's
+//!   local validity ran out (that grant is released), or an error when the provider cannot be
+//!   reached. It never waits for the lease to become free; the caller retries.
 //! - `on_lost` (given to `acquire`) is called at most once per grant, from any thread, when the
 //!   grant ends without `release`: revoked, taken over after expiry, or renewal failed. It must
 //!   not block. After it, `holds()` is false.

@@ -123,6 +123,12 @@ pub(crate) fn step(state: &mut GrantState, event: Event, now: Instant) -> Action
     if state.phase != Phase::Held {
         return Action::Stop;
     }
+    if now >= state.deadline && event != Event::Released {
+        // An answer that arrives after the local validity ran out is late: it does not revive
+        // the grant.
+        state.phase = Phase::Lost;
+        return Action::ReportLost(LossCause::Deadline);
+    }
     match event {
         Event::Released => {
             state.phase = Phase::Released;
@@ -193,7 +199,8 @@ mod tests {
                     0 => Event::Woke,
                     1 => {
                         let sent = now.checked_sub(Duration::from_millis(age)).unwrap_or(start).max(start);
-                        if !ended {
+                        // Only an answer that arrives before the current deadline counts.
+                        if !ended && now < last_confirmed + s.loss_deadline() {
                             last_confirmed = last_confirmed.max(sent);
                         }
                         Event::Confirmed { sent }

@@ -411,6 +411,21 @@ impl<S: LeaseStore> Lease for GrantedLease<S> {
                 return Ok(None);
             };
             let grant = Arc::new(grant);
+            if Instant::now() >= sent + inner.loss_deadline {
+                // Answered after the grant's local validity ran out: the store may already have
+                // let another owner in, so this grant counts as not held. End it at the store
+                // (best effort, bounded) so a successor need not wait for the expiry.
+                tracing::warn!(lease = %inner.name, owner = %inner.owner, %token, "lease granted too late to use; releasing it");
+                let store = Arc::clone(&inner.store);
+                let (name, owner) = (inner.name.clone(), inner.owner.clone());
+                let bound = inner.settings.renew_interval();
+                tokio::spawn(async move {
+                    let _ =
+                        tokio::time::timeout(bound, store.release(&name, &owner, token, &grant))
+                            .await;
+                });
+                return Ok(None);
+            }
             let previous = inner.held.lock().replace(Held {
                 token,
                 grant: Arc::clone(&grant),
