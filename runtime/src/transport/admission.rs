@@ -16,7 +16,9 @@
 //!   full, the oldest pending connection of the reserved pool is evicted to make room.
 //! - **Everyone else** shares the general pool of [`AdmissionOptions::general_slots`]. One
 //!   source may hold at most [`per_source_slots`](AdmissionOptions::with_per_source_slots) of it; more from that
-//!   source are refused at once. When the pool is full a newcomer is still admitted: the
+//!   source are refused at once. (Connections a source spilled into the general pool while it
+//!   was known count towards its share, so a source forgotten while it holds more than its
+//!   share is refused until enough of them end.) When the pool is full a newcomer is still admitted: the
 //!   pending connection that has made the least progress is evicted (one that has not sent a
 //!   valid first message before one that has; the oldest first among equals). A flood at rate
 //!   `R` therefore leaves every connection at least `general_slots / R` seconds for its

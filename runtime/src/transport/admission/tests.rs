@@ -380,7 +380,9 @@ proptest! {
                             prop_assert!(!was_known);
                             prop_assert_eq!(*reason, Refusal::PerSourceLimit);
                             let held = model.values().filter(|m| m.pool == Pool::General && m.source == source).count();
-                            prop_assert_eq!(held, settings.per_source_slots);
+                            // At least its share: connections spilled into the general pool
+                            // while the source was known count too, and may exceed it.
+                            prop_assert!(held >= settings.per_source_slots, "held {} < share {}", held, settings.per_source_slots);
                         }
                         AdmissionAction::Evict { .. } => unreachable!(),
                     }
