@@ -262,7 +262,10 @@ mod tests {
 
     #[test]
     fn agent_silence_defaults_to_fifteen_seconds_and_takes_the_range_ends() {
-        assert_eq!(parse(&[]).unwrap().agent_silence_ms, DEFAULT_AGENT_SILENCE_MS);
+        assert_eq!(
+            parse(&[]).unwrap().agent_silence_ms,
+            DEFAULT_AGENT_SILENCE_MS
+        );
         assert_eq!(
             parse(&["--agent-silence-ms", "3000"])
                 .unwrap()

@@ -114,7 +114,10 @@ fn member_health(members: &Value, node: &str) -> (String, String) {
     let agent = &member["agent"];
     (
         agent["health"].as_str().unwrap_or("null").to_owned(),
-        agent["reported_health"].as_str().unwrap_or("null").to_owned(),
+        agent["reported_health"]
+            .as_str()
+            .unwrap_or("null")
+            .to_owned(),
     )
 }
 
@@ -128,7 +131,10 @@ fn node_health(nodes: &Value, node: &str) -> (String, String) {
         .unwrap_or_else(|| panic!("no node {node} in {nodes}"));
     (
         agent["health"].as_str().unwrap_or("null").to_owned(),
-        agent["reported_health"].as_str().unwrap_or("null").to_owned(),
+        agent["reported_health"]
+            .as_str()
+            .unwrap_or("null")
+            .to_owned(),
     )
 }
 
@@ -170,10 +176,9 @@ where
         );
         let chunk = tokio::time::timeout(
             std::time::Duration::from_secs(10),
-            std::future::poll_fn(|cx| actix_web::body::MessageBody::poll_next(
-                std::pin::Pin::new(&mut body),
-                cx
-            )),
+            std::future::poll_fn(|cx| {
+                actix_web::body::MessageBody::poll_next(std::pin::Pin::new(&mut body), cx)
+            }),
         )
         .await
         .expect("a frame within 10 s")
@@ -264,7 +269,10 @@ async fn silence_starts_only_past_the_limit(store: Store) {
     let t = now();
     // One second inside the limit and one second past it (the request runs well within it).
     store
-        .ingest(&ready_batch(inside, t - silence + 1_000), t - silence + 1_000)
+        .ingest(
+            &ready_batch(inside, t - silence + 1_000),
+            t - silence + 1_000,
+        )
         .await
         .unwrap();
     store

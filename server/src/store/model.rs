@@ -327,16 +327,16 @@ mod tests {
     fn an_agent_is_silent_only_past_the_limit_and_keeps_its_reported_health() {
         let row = agent(100_000, Some("ready"));
         assert_eq!(row.health_at(100_000 + 15_000, 15_000), Some("ready"));
-        assert_eq!(
-            row.health_at(100_000 + 15_001, 15_000),
-            Some(SILENT_HEALTH)
-        );
+        assert_eq!(row.health_at(100_000 + 15_001, 15_000), Some(SILENT_HEALTH));
         assert!(!row.silent_at(115_000, 15_000) && row.silent_at(115_001, 15_000));
         assert_eq!(row.health.as_deref(), Some("ready"), "the row is untouched");
         // A report from "the future" (server clocks stepping back) is not silence.
         assert_eq!(row.health_at(90_000, 15_000), Some("ready"));
         // Silent before any health report: still unknown; reporting without health: none.
-        assert_eq!(agent(0, None).health_at(20_000, 15_000), Some(SILENT_HEALTH));
+        assert_eq!(
+            agent(0, None).health_at(20_000, 15_000),
+            Some(SILENT_HEALTH)
+        );
         assert_eq!(agent(10_000, None).health_at(20_000, 15_000), None);
         assert!(!agent(i64::MIN, None).silent_at(i64::MIN, 0));
         assert!(agent(i64::MIN, None).silent_at(i64::MAX, i64::MAX - 1));

@@ -9,9 +9,7 @@ use troupe_web::pages::{
 
 use super::page::{self, Context, UiError};
 use crate::state::AppState;
-use crate::store::{
-    AgentRow, ClusterRow, DeadLetterFilter, MemberRow, SILENT_HEALTH, string_list,
-};
+use crate::store::{AgentRow, ClusterRow, DeadLetterFilter, MemberRow, SILENT_HEALTH, string_list};
 
 /// Clusters shown at most (by name).
 const MAX_CLUSTERS: usize = 20;
