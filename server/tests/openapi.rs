@@ -172,8 +172,7 @@ fn the_ingest_body_is_the_report_format_and_u64_values_are_strings_accepting_num
 /// `troupe_protocol::limits::enforce` applies it.
 fn report_string_limits() -> Vec<(&'static str, &'static str, FieldClass)> {
     use FieldClass::{
-        ActorPath, Address, ClusterName, MessageType, NodeName, Reason, Role, SingletonName,
-        Status,
+        ActorPath, Address, ClusterName, MessageType, NodeName, Reason, Role, SingletonName, Status,
     };
     let mut table = vec![
         ("AgentIdentity", "cluster", ClusterName),
@@ -229,7 +228,11 @@ fn report_string_limits() -> Vec<(&'static str, &'static str, FieldClass)> {
 /// Whether `schema` is a string (or a list of strings, or either or null) of free form: not an
 /// enumeration, a pattern or a reference to a named schema.
 fn free_string(schema: &Value) -> Option<&Value> {
-    let schema = if schema["type"] == "array" || schema["type"].as_array().is_some_and(|t| t.contains(&"array".into())) {
+    let schema = if schema["type"] == "array"
+        || schema["type"]
+            .as_array()
+            .is_some_and(|t| t.contains(&"array".into()))
+    {
         &schema["items"]
     } else {
         schema
@@ -331,10 +334,10 @@ fn every_report_string_states_the_byte_limit_the_server_enforces() {
             // description states the limit.
             Overflow::Truncate => {
                 assert!(string.get("maxLength").is_none(), "{schema}.{property}");
-                let description = schemas[schema.as_str()]["properties"][property.as_str()]
-                    ["description"]
-                    .as_str()
-                    .unwrap_or_default();
+                let description =
+                    schemas[schema.as_str()]["properties"][property.as_str()]["description"]
+                        .as_str()
+                        .unwrap_or_default();
                 assert!(
                     description.contains(&format!("{limit} bytes")),
                     "{schema}.{property}: {description}"
@@ -407,10 +410,17 @@ fn the_limits_table_is_what_the_ingest_check_enforces() {
         let run = |length: usize| {
             let (mut batch, at) = batch_with(schema);
             let field = &mut batch.pointer_mut(at).unwrap()[property];
-            assert!(!field.is_null(), "{schema}.{property} missing from the sample");
+            assert!(
+                !field.is_null(),
+                "{schema}.{property} missing from the sample"
+            );
             let value = Value::from("a".repeat(length));
             let list = field.is_array();
-            *field = if list { Value::Array(vec![value]) } else { value };
+            *field = if list {
+                Value::Array(vec![value])
+            } else {
+                value
+            };
             let mut batch: troupe_protocol::ReportBatch = serde_json::from_value(batch)
                 .unwrap_or_else(|e| panic!("{schema}.{property}: sample does not parse: {e}"));
             let outcome = troupe_protocol::limits::enforce(&mut batch);
