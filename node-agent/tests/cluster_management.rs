@@ -502,6 +502,13 @@ async fn the_domain_event_stream_resumes_after_a_disconnect_without_missing_or_r
 
     // While nobody listens, a third node joins.
     let third = AgentProcess::start(third_port, first_port, None);
+    // Up before the client comes back: what it missed is replayed from the ring, not live.
+    members_until(&client, &first, "three members up", |body| {
+        body["members"]
+            .as_array()
+            .is_some_and(|m| m.len() == 3 && m.iter().all(|m| m["status"] == "Up"))
+    })
+    .await;
     let third_up =
         |e: &SseEvent| e.event == "MemberUp" && e.data["member"]["node"] == third.address.as_str();
 
