@@ -10,7 +10,7 @@ use crate::error::{ApiError, ErrorBody};
 use crate::state::AppState;
 use crate::store::AgentRow;
 use crate::store::SILENT_HEALTH;
-use crate::time::datetime;
+use crate::time::{datetime, now_ms};
 
 crate::api::schemas::named_schema!(
     /// An agent's health as the API shows it.
@@ -109,6 +109,16 @@ impl NodeDto {
     }
 }
 
+/// A cluster's agents as DTOs, as of now (silent ones with health `unknown`).
+pub(crate) async fn agents(state: &AppState, cluster_id: i64) -> Result<Vec<NodeDto>, ApiError> {
+    let rows = state.store.agents(cluster_id).await?;
+    let (now, silence) = (now_ms(), state.config.agent_silence_limit_ms());
+    Ok(rows
+        .into_iter()
+        .map(|row| NodeDto::at(row, now, silence))
+        .collect())
+}
+
 /// Every agent incarnation of a cluster, by address, newest incarnation first.
 #[utoipa::path(get, path = "/api/v1/clusters/{cluster}/nodes", operation_id = "listNodes", tag = "nodes",
     params(("cluster" = String, Path, description = "Cluster name")),
@@ -119,6 +129,6 @@ pub async fn list(
     cluster: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let cluster = find_cluster(&state, &cluster).await?;
-    let nodes = super::members::agents(&state, cluster.id).await?;
+    let nodes = agents(&state, cluster.id).await?;
     Ok(HttpResponse::Ok().json(nodes))
 }
