@@ -23,7 +23,11 @@ fn every_setter_is_read_back_by_its_getter() {
         .with_removal_grace(Duration::ZERO);
     assert_eq!(options.seeds(), [seed]);
     assert_eq!(
-        options.roles().iter().map(String::as_str).collect::<Vec<_>>(),
+        options
+            .roles()
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
         ["a", "b"]
     );
     assert_eq!(options.gossip_interval(), Duration::from_millis(100));
@@ -43,9 +47,18 @@ fn a_zero_interval_or_timeout_is_refused_naming_the_field() {
     assert_eq!(defaults.validate(), Ok(()));
     let zero = Duration::ZERO;
     let cases = [
-        ("gossip_interval", defaults.clone().with_gossip_interval(zero)),
-        ("heartbeat_interval", defaults.clone().with_heartbeat_interval(zero)),
-        ("seed_node_timeout", defaults.clone().with_seed_node_timeout(zero)),
+        (
+            "gossip_interval",
+            defaults.clone().with_gossip_interval(zero),
+        ),
+        (
+            "heartbeat_interval",
+            defaults.clone().with_heartbeat_interval(zero),
+        ),
+        (
+            "seed_node_timeout",
+            defaults.clone().with_seed_node_timeout(zero),
+        ),
         ("join_timeout", defaults.clone().with_join_timeout(zero)),
         ("down_after", defaults.clone().with_down_after(Some(zero))),
     ];
