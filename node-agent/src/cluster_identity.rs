@@ -36,6 +36,9 @@ mod tests {
         assert_eq!(shop, derive("shop", b"a shared secret, 16 bytes+"));
         assert_ne!(shop, derive("shop", b"another secret, 16 bytes+"));
         assert_ne!(shop, derive("shop2", b"a shared secret, 16 bytes+"));
-        assert!(!shop.contains("736563726574"), "the secret's bytes do not show");
+        assert!(
+            !shop.contains("736563726574"),
+            "the secret's bytes do not show"
+        );
     }
 }

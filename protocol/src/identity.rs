@@ -66,7 +66,10 @@ pub fn cluster_key(name: &str, identity: Option<&str>) -> String {
 /// Whether `identity` has the form of a cluster identity (64 lowercase hex digits).
 #[must_use]
 pub fn valid_cluster_identity(identity: &str) -> bool {
-    identity.len() == 64 && identity.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    identity.len() == 64
+        && identity
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 impl AgentIdentity {
@@ -86,7 +89,10 @@ mod tests {
         assert_eq!(cluster_key("shop", None), "shop");
         assert_eq!(cluster_key("shop", Some("")), "shop");
         let identity = "0123456789abcdef".repeat(4);
-        assert_eq!(cluster_key("shop", Some(&identity)), "shop~0123456789abcdef");
+        assert_eq!(
+            cluster_key("shop", Some(&identity)),
+            "shop~0123456789abcdef"
+        );
         assert!(valid_cluster_identity(&identity));
         assert!(!valid_cluster_identity(&identity.to_uppercase()));
         assert!(!valid_cluster_identity(&identity[1..]));

@@ -204,14 +204,25 @@ impl std::str::FromStr for ClusterToken {
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         let Some((cluster, token)) = text.split_once('=') else {
-            return Err("expected NAME=TOKEN (a cluster name, `=`, its ingest token); found no `=`".to_owned());
+            return Err(
+                "expected NAME=TOKEN (a cluster name, `=`, its ingest token); found no `=`"
+                    .to_owned(),
+            );
         };
         let (cluster, token) = (cluster.trim(), token.trim());
         if cluster.is_empty() || token.is_empty() {
             return Err(format!(
                 "expected NAME=TOKEN with neither part empty; got a {} cluster name and a {} token",
-                if cluster.is_empty() { "empty" } else { "non-empty" },
-                if token.is_empty() { "empty" } else { "non-empty" },
+                if cluster.is_empty() {
+                    "empty"
+                } else {
+                    "non-empty"
+                },
+                if token.is_empty() {
+                    "empty"
+                } else {
+                    "non-empty"
+                },
             ));
         }
         if cluster.len() > troupe_protocol::limits::CLUSTER_NAME_MAX

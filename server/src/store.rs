@@ -351,10 +351,7 @@ impl Store {
 
     /// A cluster's members, leader and stream position, all read from one snapshot of the
     /// database; `None` when no cluster with key `key` has reported.
-    pub async fn cluster_snapshot(
-        &self,
-        key: &str,
-    ) -> Result<Option<ClusterSnapshot>, StoreError> {
+    pub async fn cluster_snapshot(&self, key: &str) -> Result<Option<ClusterSnapshot>, StoreError> {
         Ok(with_pool!(self, |pool| {
             let mut tx = pool.begin().await?;
             if self.backend() == BackendKind::Postgres {

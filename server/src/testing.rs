@@ -205,7 +205,7 @@ impl BatchBuilder {
                     node: node.to_owned(),
                     incarnation: 1,
                     meta: AgentMeta::default(),
-cluster_identity: None,
+                    cluster_identity: None,
                 },
                 sequence,
                 sent_at_ms: 0,

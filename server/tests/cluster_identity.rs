@@ -69,8 +69,9 @@ fn config(adjust: impl FnOnce(&mut Config)) -> Config {
 macro_rules! service {
     ($store:expr, $adjust:expr) => {
         init_service(
-            actix_web::App::new()
-                .configure(troupe_server::api::configure(AppState::new(config($adjust), $store).0)),
+            actix_web::App::new().configure(troupe_server::api::configure(
+                AppState::new(config($adjust), $store).0,
+            )),
         )
         .await
     };
@@ -132,7 +133,13 @@ fn state_of(node: &str, identity: Option<&str>, sequence: u64, members: &[&str])
         batch = batch.cluster_identity(identity);
     }
     for (i, member) in members.iter().enumerate() {
-        batch = batch.member(1 + i as i64, EventBody::MemberUp, member, MemberStatus::Up, &[]);
+        batch = batch.member(
+            1 + i as i64,
+            EventBody::MemberUp,
+            member,
+            MemberStatus::Up,
+            &[],
+        );
     }
     batch
         .event(
@@ -142,7 +149,10 @@ fn state_of(node: &str, identity: Option<&str>, sequence: u64, members: &[&str])
             }),
         )
         .event(11, EventBody::SingletonStarted(instance(members[0])))
-        .event(12, routees(&[&format!("troupe://shop@{}/user/w", members[0])]))
+        .event(
+            12,
+            routees(&[&format!("troupe://shop@{}/user/w", members[0])]),
+        )
         .build()
 }
 
@@ -189,7 +199,11 @@ async fn two_clusters_of_one_name_with_different_secrets_stay_apart_and_a_leave_
         shown,
         [
             (LEGIT_KEY.into(), "shop".into(), "1111111111111111".into()),
-            (INTRUDER_KEY.into(), "shop".into(), "2222222222222222".into()),
+            (
+                INTRUDER_KEY.into(),
+                "shop".into(),
+                "2222222222222222".into()
+            ),
         ],
         "two clusters, told apart by their identity's fingerprint: {clusters:#}"
     );
@@ -271,7 +285,9 @@ async fn two_clusters_of_one_name_with_different_secrets_stay_apart_and_a_leave_
     let unknown = call_service(
         &app,
         TestRequest::delete()
-            .uri(&format!("/api/v1/clusters/{LEGIT_KEY}/members/10.0.0.9:2552"))
+            .uri(&format!(
+                "/api/v1/clusters/{LEGIT_KEY}/members/10.0.0.9:2552"
+            ))
             .insert_header(("authorization", format!("Bearer {ADMIN}")))
             .to_request(),
     )
@@ -331,10 +347,22 @@ async fn a_cluster_scoped_token_cannot_write_another_clusters_history(store: Sto
     };
     let app = service!(store.clone(), scoped);
     let shop = BatchBuilder::new("shop", "10.0.0.1:2552", 1)
-        .member(1, EventBody::MemberUp, "10.0.0.1:2552", MemberStatus::Up, &[])
+        .member(
+            1,
+            EventBody::MemberUp,
+            "10.0.0.1:2552",
+            MemberStatus::Up,
+            &[],
+        )
         .build();
     let billing = BatchBuilder::new("billing", "10.0.1.1:2552", 1)
-        .member(1, EventBody::MemberUp, "10.0.1.1:2552", MemberStatus::Up, &[])
+        .member(
+            1,
+            EventBody::MemberUp,
+            "10.0.1.1:2552",
+            MemberStatus::Up,
+            &[],
+        )
         .build();
     let (status, body) = send!(app, shop, "shop-token");
     assert_eq!(status, StatusCode::OK, "{body:#}");
@@ -346,7 +374,11 @@ async fn a_cluster_scoped_token_cannot_write_another_clusters_history(store: Sto
         "{message}"
     );
     let (status, _) = get!(app, "/api/v1/clusters/billing");
-    assert_eq!(status, StatusCode::NOT_FOUND, "nothing of billing is stored");
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "nothing of billing is stored"
+    );
     // Nor under a name that differs only by its identity.
     let (status, _) = send!(
         app,

@@ -114,8 +114,14 @@ async fn cluster_view(
     Ok(ClusterView {
         // The key: two clusters of the same name show their identities' fingerprints.
         name: cluster.cluster_key.clone(),
-        overview_href: href(Section::Overview.path(), &[("cluster", &cluster.cluster_key)]),
-        timeline_href: href(Section::Timeline.path(), &[("cluster", &cluster.cluster_key)]),
+        overview_href: href(
+            Section::Overview.path(),
+            &[("cluster", &cluster.cluster_key)],
+        ),
+        timeline_href: href(
+            Section::Timeline.path(),
+            &[("cluster", &cluster.cluster_key)],
+        ),
         dead_letters_href: href(
             Section::DeadLetters.path(),
             &[("cluster", &cluster.cluster_key)],
