@@ -179,7 +179,7 @@ macro_rules! begin_batch {
                         .await?;
                 if stored != identity {
                     // Another cluster holds the key: never write into it.
-                    return Err(crate::store::StoreError::ClusterKeyTaken(key));
+                    return Err(crate::store::error::StoreError::ClusterKeyTaken(key));
                 }
                 cluster_id
             }
