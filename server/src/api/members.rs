@@ -14,7 +14,7 @@ use troupe_protocol::OperationKind;
 use utoipa::ToSchema;
 
 use super::clusters::find_cluster;
-use super::nodes::NodeDto;
+use super::nodes::{NodeDto, agents};
 use crate::address;
 use crate::error::{ApiError, ErrorBody};
 use crate::request::query;
@@ -131,16 +131,6 @@ pub(crate) fn members_dto(
         members,
         unreachable,
     }
-}
-
-/// A cluster's agents as DTOs, as of now (silent ones with health `unknown`).
-pub(crate) async fn agents(state: &AppState, cluster_id: i64) -> Result<Vec<NodeDto>, ApiError> {
-    let rows = state.store.agents(cluster_id).await?;
-    let (now, silence) = (now_ms(), state.config.agent_silence_limit_ms());
-    Ok(rows
-        .into_iter()
-        .map(|row| NodeDto::at(row, now, silence))
-        .collect())
 }
 
 async fn load(
