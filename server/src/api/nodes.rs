@@ -109,16 +109,6 @@ impl NodeDto {
     }
 }
 
-/// A cluster's agents as DTOs, as of now (silent ones with health `unknown`).
-pub(crate) async fn agents(state: &AppState, cluster_id: i64) -> Result<Vec<NodeDto>, ApiError> {
-    let rows = state.store.agents(cluster_id).await?;
-    let (now, silence) = (now_ms(), state.config.agent_silence_limit_ms());
-    Ok(rows
-        .into_iter()
-        .map(|row| NodeDto::at(row, now, silence))
-        .collect())
-}
-
 /// Every agent incarnation of a cluster, by address, newest incarnation first.
 #[utoipa::path(get, path = "/api/v1/clusters/{cluster}/nodes", operation_id = "listNodes", tag = "nodes",
     params(("cluster" = String, Path, description = "Cluster key, or a name only one cluster has (409 when several share it; see getCluster)")),
