@@ -32,6 +32,7 @@ pub mod buffer;
 pub mod convert;
 pub mod runtime_events;
 pub mod shipper;
+pub mod spool;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -10,10 +10,13 @@ use serde::{Deserialize, Serialize};
 pub struct HostEviction {
     /// The evicted member as the directory names it: its unique address
     /// (`troupe://system@host:port#incarnation`).
+    #[cfg_attr(feature = "openapi", schema(max_length = 512))]
     pub host: String,
     /// The member's status before it was removed (`exiting`, `down`, `up` for a fence).
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_length = 32))]
     pub previous_status: Option<String>,
     /// The actor ids whose claims were released, sorted.
+    #[cfg_attr(feature = "openapi", schema(max_length = 1024))]
     pub actors: Vec<String>,
 }

@@ -45,7 +45,8 @@ impl AgentHealth {
 pub struct HealthChange {
     /// The new state.
     pub health: AgentHealth,
-    /// Why, when there is more to say (`lease renewal got 404`).
+    /// Why, when there is more to say (`lease renewal got 404`); longer than 1024 bytes, it
+    /// is stored shortened to 1024 and marked.
     #[serde(default)]
     pub reason: Option<String>,
 }

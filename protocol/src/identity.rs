@@ -8,10 +8,10 @@ use serde::{Deserialize, Serialize};
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentIdentity {
     /// The cluster (actor system) name; not empty.
-    #[cfg_attr(feature = "openapi", schema(min_length = 1))]
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 64))]
     pub cluster: String,
     /// The node's advertised address, `host:port`; not empty.
-    #[cfg_attr(feature = "openapi", schema(min_length = 1))]
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 256))]
     pub node: String,
     /// A fresh number per process start, so a restarted agent is a new incarnation.
     #[serde(with = "crate::wire::u64_string")]
@@ -28,5 +28,6 @@ pub struct AgentIdentity {
 pub struct AgentMeta {
     /// The machine the agent runs on (Kubernetes `spec.nodeName`), when known.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_length = 256))]
     pub node: Option<String>,
 }

@@ -62,6 +62,7 @@ impl MemberStatus {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MemberInfo {
     /// The member's address, `host:port`.
+    #[cfg_attr(feature = "openapi", schema(max_length = 512))]
     pub address: String,
     /// The member's incarnation (Akka's `nodeUid`).
     #[serde(with = "crate::wire::u64_string")]
@@ -71,6 +72,7 @@ pub struct MemberInfo {
     pub status: MemberStatus,
     /// The roles it declared when it joined, sorted.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_length = 128))]
     pub roles: Vec<String>,
 }
 
@@ -87,6 +89,7 @@ pub struct MemberChange {
     /// For reachability changes: the nodes whose failure detector holds the verdict
     /// (empty when only the reporting node does).
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_length = 512))]
     pub observers: Vec<String>,
 }
 
@@ -95,5 +98,6 @@ pub struct MemberChange {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LeaderChange {
     /// The new leader's address; `None` when no member is up.
+    #[cfg_attr(feature = "openapi", schema(max_length = 512))]
     pub leader: Option<String>,
 }

@@ -14,6 +14,11 @@ use crate::event::Event;
 use crate::identity::AgentIdentity;
 
 /// One shipment from an agent.
+///
+/// Strings are limited in bytes of UTF-8 ([`crate::limits`]; `maxLength` in the OpenAPI
+/// document, which counts characters, so a value of multi-byte characters meets its byte limit
+/// first): an identifier over its limit makes the batch bad input (400 naming the field), free
+/// text over its limit is stored shortened and marked.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ReportBatch {
@@ -59,9 +64,11 @@ pub struct DepthTick {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DepthSample {
     /// The actor's path (`/user/workers/w1`).
+    #[cfg_attr(feature = "openapi", schema(max_length = 1024))]
     pub path: String,
     /// The router it is a routee of, if any (the router's path).
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_length = 1024))]
     pub router: Option<String>,
     /// Messages queued in its mailbox.
     #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 4294967295u32))]

@@ -38,13 +38,16 @@ impl RoutingStrategy {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RouterStarted {
     /// The router's actor path.
+    #[cfg_attr(feature = "openapi", schema(max_length = 1024))]
     pub router: String,
     /// Its strategy.
     pub strategy: RoutingStrategy,
     /// The role routees must carry, if any.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_length = 128))]
     pub role: Option<String>,
     /// The path of the routee actor on each member.
+    #[cfg_attr(feature = "openapi", schema(max_length = 1024))]
     pub routee_path: String,
 }
 
@@ -53,9 +56,11 @@ pub struct RouterStarted {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RouteesChange {
     /// The router's actor path.
+    #[cfg_attr(feature = "openapi", schema(max_length = 1024))]
     pub router: String,
     /// Its strategy.
     pub strategy: RoutingStrategy,
     /// The full routee set after the change, address-ordered (full actor paths).
+    #[cfg_attr(feature = "openapi", schema(max_length = 1024))]
     pub routees: Vec<String>,
 }

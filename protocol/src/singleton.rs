@@ -10,14 +10,18 @@ use serde::{Deserialize, Serialize};
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SingletonHostElected {
     /// The singleton's name.
+    #[cfg_attr(feature = "openapi", schema(max_length = 256))]
     pub singleton: String,
     /// The role hosts must carry, if any.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_length = 128))]
     pub role: Option<String>,
     /// The elected host's address.
+    #[cfg_attr(feature = "openapi", schema(max_length = 512))]
     pub host: String,
     /// The host before, if one was known.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_length = 512))]
     pub previous_host: Option<String>,
 }
 
@@ -26,14 +30,18 @@ pub struct SingletonHostElected {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct HandOverStarted {
     /// The singleton's name.
+    #[cfg_attr(feature = "openapi", schema(max_length = 256))]
     pub singleton: String,
     /// The role hosts must carry, if any.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_length = 128))]
     pub role: Option<String>,
     /// The node taking over (the reporting node).
+    #[cfg_attr(feature = "openapi", schema(max_length = 512))]
     pub new_host: String,
     /// The peers it waits for.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_length = 512))]
     pub peers: Vec<String>,
 }
 
@@ -42,11 +50,14 @@ pub struct HandOverStarted {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct HandOverCompleted {
     /// The singleton's name.
+    #[cfg_attr(feature = "openapi", schema(max_length = 256))]
     pub singleton: String,
     /// The role hosts must carry, if any.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_length = 128))]
     pub role: Option<String>,
     /// The node taking over.
+    #[cfg_attr(feature = "openapi", schema(max_length = 512))]
     pub new_host: String,
     /// From the first request to the last acknowledgment.
     #[serde(with = "crate::wire::u64_string")]
@@ -59,13 +70,17 @@ pub struct HandOverCompleted {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct HandOverTimedOut {
     /// The singleton's name.
+    #[cfg_attr(feature = "openapi", schema(max_length = 256))]
     pub singleton: String,
     /// The role hosts must carry, if any.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_length = 128))]
     pub role: Option<String>,
     /// The node taking over.
+    #[cfg_attr(feature = "openapi", schema(max_length = 512))]
     pub new_host: String,
     /// The peers that never acknowledged.
+    #[cfg_attr(feature = "openapi", schema(max_length = 512))]
     pub silent_peers: Vec<String>,
     /// From the first request until it gave up waiting.
     #[serde(with = "crate::wire::u64_string")]
@@ -79,17 +94,21 @@ pub struct HandOverTimedOut {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SingletonInstance {
     /// The singleton's name.
+    #[cfg_attr(feature = "openapi", schema(max_length = 256))]
     pub singleton: String,
     /// The role hosts must carry, if any.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_length = 128))]
     pub role: Option<String>,
     /// The node running (or having run) the instance.
+    #[cfg_attr(feature = "openapi", schema(max_length = 512))]
     pub host: String,
     /// For a restart: the backoff before the respawn.
     #[serde(default, with = "crate::wire::option_u64_string")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::wire::schema::U64Input>))]
     pub backoff_ms: Option<u64>,
-    /// Why it stopped or restarted, when known.
+    /// Why it stopped or restarted, when known; longer than 1024 bytes, it is stored
+    /// shortened to 1024 and marked.
     #[serde(default)]
     pub reason: Option<String>,
 }
@@ -99,16 +118,21 @@ pub struct SingletonInstance {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LeaseChange {
     /// The singleton's name.
+    #[cfg_attr(feature = "openapi", schema(max_length = 256))]
     pub singleton: String,
     /// The role hosts must carry, if any.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_length = 128))]
     pub role: Option<String>,
     /// The lease's name.
+    #[cfg_attr(feature = "openapi", schema(max_length = 256))]
     pub lease: String,
     /// Who holds it after the change (`None` once released or lost).
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_length = 512))]
     pub holder: Option<String>,
-    /// Why it was lost, when known.
+    /// Why it was lost, when known; longer than 1024 bytes, it is stored shortened to 1024
+    /// and marked.
     #[serde(default)]
     pub reason: Option<String>,
 }
@@ -119,9 +143,11 @@ pub struct LeaseChange {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SingletonMessages {
     /// The singleton's name.
+    #[cfg_attr(feature = "openapi", schema(max_length = 256))]
     pub singleton: String,
     /// The role hosts must carry, if any.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_length = 128))]
     pub role: Option<String>,
     /// How many messages.
     #[serde(with = "crate::wire::u64_string")]

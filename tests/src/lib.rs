@@ -69,16 +69,46 @@ pub fn example(package: &str, name: &str) -> PathBuf {
     path
 }
 
-/// A free TCP port on 127.0.0.1 (free when asked; good enough for tests on loopback).
+/// A free TCP port on 127.0.0.1, never the same one twice in this process.
+///
+/// Ports come from 20000–31999, below the kernel's ephemeral range (32768–60999 by default),
+/// so a port handed out here is not taken meanwhile by an outgoing connection or by a
+/// listener bound to port 0 — the collision seen when a node's transport port was picked
+/// again as another node's management port ("cannot listen on …"). Each candidate is
+/// checked by binding it; the start is spread by process id so concurrent test processes
+/// rarely probe the same ports.
 ///
 /// # Panics
-/// When no port can be bound.
+/// When no port in the range can be bound.
 #[must_use]
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind 127.0.0.1:0")
-        .port()
+    use std::collections::HashSet;
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: OnceLock<AtomicU32> = OnceLock::new();
+    static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    let next = NEXT.get_or_init(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        AtomicU32::new(std::process::id().wrapping_mul(7919).wrapping_add(nanos))
+    });
+    for _ in 0..SPAN {
+        let offset = next.fetch_add(1, Ordering::Relaxed) % SPAN;
+        let port = u16::try_from(FIRST + offset).expect("ports below 32000 fit in u16");
+        let mut given = GIVEN.lock().expect("port registry");
+        let given = given.get_or_insert_with(HashSet::new);
+        if given.contains(&port) {
+            continue;
+        }
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.insert(port);
+            return port;
+        }
+    }
+    panic!("no free port in 127.0.0.1:{FIRST}..{}", FIRST + SPAN);
 }
 
 /// A running process whose stdout JSON lines are collected.
