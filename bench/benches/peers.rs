@@ -1431,7 +1431,16 @@ impl Figures {
     }
 
     fn from_array(v: [f64; 8]) -> Self {
-        let [ping_pong, fan_in, ask_p50, ask_p99, spawn_rate, spawn_us, idle_bytes, allocs] = v;
+        let [
+            ping_pong,
+            fan_in,
+            ask_p50,
+            ask_p99,
+            spawn_rate,
+            spawn_us,
+            idle_bytes,
+            allocs,
+        ] = v;
         Self {
             ping_pong,
             fan_in,
@@ -2058,7 +2067,12 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
                 .parse::<usize>()
                 .ok()
                 .filter(|i| *i < CONFIGS.len())
-                .ok_or_else(|| format!("--child: {index:?} is not a column index below {}", CONFIGS.len()))?,
+                .ok_or_else(|| {
+                    format!(
+                        "--child: {index:?} is not a column index below {}",
+                        CONFIGS.len()
+                    )
+                })?,
         ),
         None => None,
     };

@@ -407,38 +407,49 @@ mod tests {
         let system = ActorSystem::new("ask").unwrap();
         let keeper = keeper(&system);
         let deadlines = Arc::clone(&keeper.system_shared().ask_deadlines);
-        let (mut answered, mut no_reply, mut timed_out) = (0u64, 0u64, 0u64);
-        const BATCH: u64 = 10_000;
-        for batch in 0..100u64 {
-            let mut asks = tokio::task::JoinSet::new();
-            for i in 0..BATCH {
-                let keeper = keeper.clone();
-                let n = batch * BATCH + i;
-                asks.spawn(async move {
-                    let ask = keeper.ask(move |reply| match n % 3 {
-                        0 => Question::Answer(n, reply),
-                        1 => Question::Drop(reply),
-                        _ => Question::Keep(reply),
-                    });
-                    ask.timeout(Duration::from_millis(20)).await
-                });
-            }
-            while let Some(result) = asks.join_next().await {
-                match result.unwrap() {
-                    Ok(_) => answered += 1,
-                    Err(AskError::NoReply { .. }) => no_reply += 1,
-                    Err(AskError::Timeout { .. }) => timed_out += 1,
-                    Err(other) => panic!("unexpected {other}"),
+        // 100 askers, 10,000 asks each, one after another: a third answered, a third dropped
+        // unanswered, a third kept until they time out.
+        const ASKERS: u64 = 100;
+        const EACH: u64 = 10_000;
+        let mut askers = tokio::task::JoinSet::new();
+        for asker in 0..ASKERS {
+            let keeper = keeper.clone();
+            askers.spawn(async move {
+                let mut counts = [0u64; 3];
+                for i in 0..EACH {
+                    let n = asker * EACH + i;
+                    let result = keeper
+                        .ask(move |reply| match n % 3 {
+                            0 => Question::Answer(n, reply),
+                            1 => Question::Drop(reply),
+                            _ => Question::Keep(reply),
+                        })
+                        .timeout(Duration::from_millis(20))
+                        .await;
+                    match result {
+                        Ok(value) => {
+                            assert_eq!(value, n);
+                            counts[0] += 1;
+                        }
+                        Err(AskError::NoReply { .. }) => counts[1] += 1,
+                        Err(AskError::Timeout { .. }) => counts[2] += 1,
+                        Err(other) => panic!("unexpected {other}"),
+                    }
                 }
-            }
-            keeper.tell(Question::Forget);
-            assert_eq!(deadlines.pending(), 0, "after batch {batch}");
+                counts
+            });
         }
+        let (mut answered, mut no_reply, mut timed_out) = (0u64, 0u64, 0u64);
+        while let Some(counts) = askers.join_next().await {
+            let [a, n, t] = counts.unwrap();
+            answered += a;
+            no_reply += n;
+            timed_out += t;
+        }
+        keeper.tell(Question::Forget);
+        assert_eq!(deadlines.pending(), 0);
         assert_eq!(answered + no_reply + timed_out, 1_000_000);
-        assert_eq!(
-            (answered, no_reply, timed_out),
-            (333_334, 333_333, 333_333)
-        );
+        assert_eq!((answered, no_reply, timed_out), (333_334, 333_333, 333_333));
         // Once idle the ticker stops and the wheel gives its memory back.
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert_eq!(deadlines.capacity(), 0);
@@ -528,7 +539,10 @@ mod tests {
                     if n % 2 == 0 {
                         assert_eq!(result, Ok(n));
                     } else {
-                        assert!(matches!(result, Err(AskError::Timeout { .. })), "{result:?}");
+                        assert!(
+                            matches!(result, Err(AskError::Timeout { .. })),
+                            "{result:?}"
+                        );
                         assert!(waited >= timeout, "ask {n} gave up early: {waited:?}");
                     }
                 }
@@ -541,10 +555,12 @@ mod tests {
 
     /// Poll `future` once: `Some` if it finished.
     async fn futures_poll_once<F: Future + Unpin>(mut future: F) -> Option<F::Output> {
-        std::future::poll_fn(|cx| Poll::Ready(match Pin::new(&mut future).poll(cx) {
-            Poll::Ready(out) => Some(out),
-            Poll::Pending => None,
-        }))
+        std::future::poll_fn(|cx| {
+            Poll::Ready(match Pin::new(&mut future).poll(cx) {
+                Poll::Ready(out) => Some(out),
+                Poll::Pending => None,
+            })
+        })
         .await
     }
 }

@@ -120,7 +120,11 @@ impl AskDeadlines {
 
     /// Register an ask that gives up after `timeout`; `waker` is woken when it expires. The
     /// flag says whether the deadline has already passed (then nothing will wake it).
-    pub(crate) fn insert(self: &Arc<Self>, timeout: Duration, waker: &Waker) -> (DeadlineKey, bool) {
+    pub(crate) fn insert(
+        self: &Arc<Self>,
+        timeout: Duration,
+        waker: &Waker,
+    ) -> (DeadlineKey, bool) {
         let deadline = self.deadline_tick(timeout);
         let mut wheel = self.wheel.lock();
         if wheel.slots.is_empty() {
