@@ -133,14 +133,13 @@ pub(crate) fn members_dto(
     }
 }
 
-/// A cluster's agents as DTOs.
+/// A cluster's agents as DTOs, as of now (silent ones with health `unknown`).
 pub(crate) async fn agents(state: &AppState, cluster_id: i64) -> Result<Vec<NodeDto>, ApiError> {
-    Ok(state
-        .store
-        .agents(cluster_id)
-        .await?
+    let rows = state.store.agents(cluster_id).await?;
+    let (now, silence) = (now_ms(), state.config.agent_silence_limit_ms());
+    Ok(rows
         .into_iter()
-        .map(Into::into)
+        .map(|row| NodeDto::at(row, now, silence))
         .collect())
 }
 
