@@ -26,7 +26,8 @@ use utoipa::ToSchema;
 
 use super::clusters::find_cluster;
 use super::events::{detail_json, filter_items};
-use super::members::{agents, members_dto};
+use super::members::members_dto;
+use super::nodes::agents;
 use crate::error::{ApiError, ErrorBody};
 use crate::feed::{Cursor, Feed, FeedItem, Scope};
 use crate::request::query;
