@@ -10,7 +10,7 @@ use crate::error::{ApiError, ErrorBody};
 use crate::state::AppState;
 use crate::store::AgentRow;
 use crate::store::SILENT_HEALTH;
-use crate::time::datetime;
+use crate::time::{datetime, now_ms};
 
 crate::api::schemas::named_schema!(
     /// An agent's health as the API shows it.
@@ -111,7 +111,7 @@ impl NodeDto {
 
 /// Every agent incarnation of a cluster, by address, newest incarnation first.
 #[utoipa::path(get, path = "/api/v1/clusters/{cluster}/nodes", operation_id = "listNodes", tag = "nodes",
-    params(("cluster" = String, Path, description = "Cluster name")),
+    params(("cluster" = String, Path, description = "Cluster key, or a name only one cluster has (409 when several share it; see getCluster)")),
     responses((status = 200, body = [NodeDto]), (status = 404, description = "No such cluster", body = ErrorBody),
               (status = 503, description = "Store unavailable; retry", body = ErrorBody)))]
 pub async fn list(
@@ -119,6 +119,16 @@ pub async fn list(
     cluster: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let cluster = find_cluster(&state, &cluster).await?;
-    let nodes = super::members::agents(&state, cluster.id).await?;
+    let nodes = agents(&state, cluster.id).await?;
     Ok(HttpResponse::Ok().json(nodes))
+}
+
+/// A cluster's agents as DTOs, as of now (silent ones with health `unknown`).
+pub(crate) async fn agents(state: &AppState, cluster_id: i64) -> Result<Vec<NodeDto>, ApiError> {
+    let rows = state.store.agents(cluster_id).await?;
+    let (now, silence) = (now_ms(), state.config.agent_silence_limit_ms());
+    Ok(rows
+        .into_iter()
+        .map(|row| NodeDto::at(row, now, silence))
+        .collect())
 }
