@@ -147,8 +147,20 @@ fn segment(name: &str) -> String {
 
 impl HttpCoordination {
     /// A client of the control plane at `base_url` (`http://host:port`) sending `token`
-    /// (the server's `--coordination-token`).
+    /// (the server's `--coordination-token`). An `https://` URL is verified against the
+    /// bundled public roots.
     pub fn new(base_url: &str, token: &str) -> Result<Self, HttpSetupError> {
+        Self::build(base_url, token, None)
+    }
+
+    /// Like [`HttpCoordination::new`], but over `https://` only, trusting only the certificate
+    /// authorities in `ca_pem` (a PEM bundle: the agent's `--control-plane-ca` file), so a
+    /// server whose certificate another CA signed is refused.
+    pub fn with_ca(base_url: &str, token: &str, ca_pem: &[u8]) -> Result<Self, HttpSetupError> {
+        Self::build(base_url, token, Some(ca_pem))
+    }
+
+    fn build(base_url: &str, token: &str, ca_pem: Option<&[u8]>) -> Result<Self, HttpSetupError> {
         let url = reqwest::Url::parse(base_url)
             .map_err(|e| HttpSetupError(format!("base URL {base_url:?}: {e}")))?;
         if !matches!(url.scheme(), "http" | "https") {
@@ -156,10 +168,24 @@ impl HttpCoordination {
                 "base URL {base_url:?}: only http:// and https:// are allowed"
             )));
         }
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(2))
-            .build()
-            .map_err(|e| HttpSetupError(e.to_string()))?;
+        let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(2));
+        if let Some(pem) = ca_pem {
+            if url.scheme() != "https" {
+                return Err(HttpSetupError(format!(
+                    "base URL {base_url:?}: a CA verifies an https:// control plane; give https://"
+                )));
+            }
+            let roots = reqwest::Certificate::from_pem_bundle(pem)
+                .map_err(|e| HttpSetupError(format!("CA: {e}")))?;
+            if roots.is_empty() {
+                return Err(HttpSetupError("CA: no PEM certificate in it".to_owned()));
+            }
+            builder = builder.tls_built_in_root_certs(false).https_only(true);
+            for root in roots {
+                builder = builder.add_root_certificate(root);
+            }
+        }
+        let http = builder.build().map_err(|e| HttpSetupError(e.to_string()))?;
         Ok(Self {
             inner: Arc::new(Client {
                 http,

@@ -166,8 +166,17 @@ impl Clients {
         }
         let url = config.control_plane.as_deref().unwrap_or_default();
         let token = config.coordination_token.as_deref().unwrap_or_default();
-        let http = HttpCoordination::new(url, token)
-            .map_err(|e| backend_error("--control-plane (TROUPE_CONTROL_PLANE_URL)", e))?;
+        let http = match &config.control_plane_ca {
+            Some(path) => {
+                let flag = "--control-plane-ca (TROUPE_CONTROL_PLANE_CA)";
+                let pem = std::fs::read(path)
+                    .map_err(|e| backend_error(format!("{flag} {}", path.display()), e))?;
+                HttpCoordination::with_ca(url, token, &pem)
+                    .map_err(|e| backend_error(format!("{flag} {}", path.display()), e))?
+            }
+            None => HttpCoordination::new(url, token)
+                .map_err(|e| backend_error("--control-plane (TROUPE_CONTROL_PLANE_URL)", e))?,
+        };
         self.http = Some(http.clone());
         Ok(http)
     }

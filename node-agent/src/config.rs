@@ -243,7 +243,8 @@ pub struct AgentConfig {
     #[arg(long, env = "TROUPE_CONTROL_PLANE_URL")]
     pub control_plane: Option<String>,
     /// PEM file of the certificate authority that signed the control plane's certificate:
-    /// reports then go over HTTPS trusting only that CA (the URL must be https://). Unset:
+    /// reports and the coordination client (`--singleton-lease control-plane`, `--directory
+    /// control-plane`) then go over HTTPS trusting only that CA (the URL must be https://). Unset:
     /// an https:// URL is verified against the bundled public roots (webpki-roots).
     #[arg(long, env = "TROUPE_CONTROL_PLANE_CA")]
     pub control_plane_ca: Option<std::path::PathBuf>,

@@ -1,7 +1,9 @@
 //! TLS between agents and the control plane, with real processes and certificates made here
 //! (rcgen): the server with `--tls-cert`/`--tls-key` answers no plain HTTP, a client trusting
 //! another CA is refused, one trusting the right CA is served; an agent with
-//! `--control-plane-ca` of the right CA reports, one with a wrong CA sends nothing.
+//! `--control-plane-ca` of the right CA reports, one with a wrong CA sends nothing; the
+//! coordination client (leases and the directory through the control plane) trusting the right
+//! CA is served, one trusting another CA (or only the public roots) is refused.
 
 use std::path::Path;
 use std::time::Duration;
@@ -197,6 +199,105 @@ async fn the_server_serves_only_tls_and_agents_report_only_to_a_server_their_ca_
     }
     good.kill().await;
     bad.kill().await;
+    server.kill().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Starts a TLS server on SQLite in `dir` with a coordination token; its https:// base URL once
+/// it answers a client trusting `ca`.
+async fn tls_server(dir: &Path, ca: &Ca, coordination_token: &str) -> (Process, String) {
+    let (cert, key) = server_cert(ca);
+    let cert_file = dir.join("server.pem");
+    let key_file = dir.join("server.key");
+    std::fs::write(&cert_file, cert).unwrap();
+    std::fs::write(&key_file, key).unwrap();
+    let port = free_port();
+    let args: Vec<String> = [
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--sqlite-path",
+        dir.join("cp.sqlite").to_str().unwrap(),
+        "--ingest-token",
+        INGEST,
+        "--coordination-token",
+        coordination_token,
+        "--tls-cert",
+        cert_file.to_str().unwrap(),
+        "--tls-key",
+        key_file.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    let mut server = Process::start(&binary("troupe-server"), &args);
+    let https = format!("https://127.0.0.1:{port}");
+    let trusted = client(&ca.cert.pem());
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while trusted.get(format!("{https}/livez")).send().await.is_err() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the server never answered over TLS"
+        );
+        server.drain();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    (server, https)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_coordination_client_trusts_only_the_control_plane_ca_it_is_given() {
+    use troupe_coordination::http::HttpCoordination;
+    use troupe_lease::lease::{LeaseProvider, LeaseSettings};
+
+    const TOKEN: &str = "coordination-secret";
+    let dir = std::env::temp_dir().join(format!("troupe-e2e-tls-coord-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let right = ca("troupe test ca");
+    let wrong = ca("some other ca");
+    let (mut server, https) = tls_server(&dir, &right, TOKEN).await;
+    let settings = LeaseSettings::new(Duration::from_secs(15), Duration::from_secs(3)).unwrap();
+    let acquire = |coordination: HttpCoordination, owner: &'static str| async move {
+        let lease = coordination
+            .leases()
+            .lease("tls-singleton", owner, &settings)
+            .unwrap();
+        let outcome =
+            tokio::time::timeout(Duration::from_secs(20), lease.acquire(Box::new(|_| {})))
+                .await
+                .expect("an acquire answers or fails within 20 s");
+        (lease, outcome)
+    };
+
+    // Trusting the right CA: the lease is granted over TLS.
+    let trusted = HttpCoordination::with_ca(&https, TOKEN, right.cert.pem().as_bytes()).unwrap();
+    let (held, granted) = acquire(trusted, "node-a").await;
+    assert!(
+        matches!(granted, Ok(Some(_))),
+        "the right CA must be served and the free lease granted: {granted:?}"
+    );
+    // Trusting another CA, or only the bundled public roots: refused before any HTTP.
+    let wrong_ca = HttpCoordination::with_ca(&https, TOKEN, wrong.cert.pem().as_bytes()).unwrap();
+    let (_, refused) = acquire(wrong_ca, "node-b").await;
+    assert!(refused.is_err(), "a wrong CA must be refused: {refused:?}");
+    let public_roots = HttpCoordination::new(&https, TOKEN).unwrap();
+    let (_, refused) = acquire(public_roots, "node-c").await;
+    assert!(
+        refused.is_err(),
+        "the public roots must not verify a private CA: {refused:?}"
+    );
+    // A CA with a plain http:// URL, or a file without a certificate, is refused at setup.
+    let plain = HttpCoordination::with_ca(
+        &https.replace("https", "http"),
+        TOKEN,
+        right.cert.pem().as_bytes(),
+    )
+    .expect_err("a CA with http:// must be refused");
+    assert!(plain.to_string().contains("https://"), "{plain}");
+    let empty = HttpCoordination::with_ca(&https, TOKEN, b"not a certificate")
+        .expect_err("a CA file without a certificate must be refused");
+    assert!(empty.to_string().contains("no PEM certificate"), "{empty}");
+
+    held.release().await.unwrap();
     server.kill().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
