@@ -153,7 +153,10 @@ async fn an_intruder_with_the_same_name_and_another_secret_is_another_cluster() 
         .await;
     // The intruder was never asked anything: still running, still its own single member.
     assert!(intruder.try_wait().is_none(), "the intruder is untouched");
-    assert_eq!(up(&server, &intruder_key).await, [intruder_node.clone()]);
+    assert_eq!(
+        up(&server, &intruder_key).await,
+        std::slice::from_ref(&intruder_node)
+    );
     assert!(real_seed.try_wait().is_none());
 
     intruder.kill().await;
