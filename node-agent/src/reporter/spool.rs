@@ -80,7 +80,8 @@ impl SpoolLoss {
         self.batches == 0 && self.items.total() == 0
     }
 
-    fn add(&mut self, other: SpoolLoss) {
+    /// Add `other` to this.
+    pub fn add(&mut self, other: SpoolLoss) {
         self.batches += other.batches;
         let (a, b) = (&mut self.items, other.items);
         a.membership += b.membership;
@@ -246,6 +247,16 @@ impl Spool {
     #[must_use]
     pub fn lost_total(&self) -> SpoolLoss {
         self.lost_total
+    }
+
+    /// What the held batches carry: their number and their items by kind.
+    #[must_use]
+    pub fn held(&self) -> SpoolLoss {
+        let mut held = SpoolLoss::default();
+        for entry in &self.entries {
+            held.add(SpoolLoss::batch(&entry.batch));
+        }
+        held
     }
 
     /// Whether batch `key` is held.
