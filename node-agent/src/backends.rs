@@ -6,7 +6,6 @@
 //! An embedding application can skip all of this and hand [`crate::AgentBuilder`] its own
 //! provider, lease provider and directory.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -86,13 +85,13 @@ pub struct Backends {
 /// Gossip membership settings from the command line.
 #[must_use]
 pub fn gossip_settings(config: &AgentConfig) -> MembershipOptions {
-    MembershipOptions {
-        seeds: config.seeds.clone(),
-        roles: config.roles.iter().cloned().collect::<BTreeSet<_>>(),
-        down_after: (config.down_after_ms > 0).then(|| Duration::from_millis(config.down_after_ms)),
-        downing: config.downing_kind().downing(),
-        ..MembershipOptions::default()
-    }
+    MembershipOptions::default()
+        .with_seeds(config.seeds.iter().cloned())
+        .with_roles(config.roles.iter().cloned())
+        .with_down_after(
+            (config.down_after_ms > 0).then(|| Duration::from_millis(config.down_after_ms)),
+        )
+        .with_downing(config.downing_kind().downing())
 }
 
 struct Clients {

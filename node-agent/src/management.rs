@@ -9,6 +9,7 @@
 //!
 //! | `/cluster/members[/{address}]` | Akka Management's cluster routes, this node's view (see `management/cluster.rs`); mutations opt-in with `--management-token` |
 //! | `/cluster/singletons[/{name}]` | each singleton manager's state on this node (hosting since when, awaited acknowledgments, lease phase, held messages, latched out) |
+//! | `/cluster/domain-events` | this node's cluster events as server-sent events: `id:`, Akka's `event:` type, JSON `data:`; `Last-Event-ID` resume from a ring of the last 1024, `type` filter, a `CurrentClusterState` snapshot first (see `management/domain_events.rs`) |
 //!
 //! From stop-begin (draining) on, every response carries `Connection: close`, so keep-alive
 //! connections that survived endpoint removal do not ride into the exiting process.
@@ -18,7 +19,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http_body_util::Full;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{ACCEPT, CONNECTION, CONTENT_TYPE, HeaderValue, VARY};
 use hyper::service::service_fn;
@@ -36,12 +38,19 @@ use crate::metrics::AgentMetrics;
 use crate::reporter::ReporterHandle;
 
 mod cluster;
+mod domain_events;
+mod domain_stream;
+
+use domain_stream::DomainEvents;
 
 /// Akka Management's members route.
 pub const MEMBERS_PATH: &str = "/cluster/members";
 
 /// Each singleton manager's state on this node.
 pub const SINGLETONS_PATH: &str = "/cluster/singletons";
+
+/// Akka Management's domain-event stream (server-sent events).
+pub const DOMAIN_EVENTS_PATH: &str = "/cluster/domain-events";
 
 /// The largest form body a member operation reads.
 const MAX_FORM_BYTES: usize = 4 * 1024;
@@ -78,10 +87,18 @@ pub struct ManagementServer {
     task: JoinHandle<()>,
 }
 
-type Body = Full<Bytes>;
+/// What a route answers with: a whole body, or a stream (`/cluster/domain-events`).
+type Body = UnsyncBoxBody<Bytes, Infallible>;
+
+/// What the routes serve from, beside [`Sources`].
+struct Listener {
+    sources: Sources,
+    domain_events: Arc<DomainEvents>,
+    stopped: watch::Receiver<bool>,
+}
 
 fn respond(status: u16, content_type: &'static str, body: impl Into<Bytes>) -> Response<Body> {
-    let mut response = Response::new(Full::new(body.into()));
+    let mut response = Response::new(Full::new(body.into()).boxed_unsync());
     *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
     response
         .headers_mut()
@@ -189,8 +206,27 @@ async fn cluster_route(request: Request<Incoming>, sources: &Sources) -> Respons
     }
 }
 
-async fn route(request: Request<Incoming>, sources: &Sources) -> Response<Body> {
+/// `GET /cluster/domain-events`.
+fn domain_events(request: &Request<Incoming>, listener: &Listener) -> Response<Body> {
+    if request.method() != Method::GET {
+        return method_not_allowed(DOMAIN_EVENTS_PATH, request.method(), "GET");
+    }
+    listener
+        .domain_events
+        .respond(
+            request.uri().query(),
+            request.headers(),
+            listener.stopped.clone(),
+        )
+        .unwrap_or_else(|message| json((400, serde_json::json!({ "message": message }))))
+}
+
+async fn route(request: Request<Incoming>, listener: &Listener) -> Response<Body> {
+    let sources = &listener.sources;
     let path = request.uri().path();
+    if path == DOMAIN_EVENTS_PATH {
+        return domain_events(&request, listener);
+    }
     if path == MEMBERS_PATH || path.starts_with("/cluster/members/") {
         return cluster_route(request, sources).await;
     }
@@ -214,6 +250,7 @@ async fn route(request: Request<Incoming>, sources: &Sources) -> Response<Body> 
         METRICS_PATH,
         MEMBERS_PATH,
         SINGLETONS_PATH,
+        DOMAIN_EVENTS_PATH,
     ];
     if !known.contains(&path) {
         let body = serde_json::json!({
@@ -261,7 +298,16 @@ impl ManagementServer {
     pub fn serve(listener: TcpListener, sources: Sources) -> std::io::Result<Self> {
         let local_addr = listener.local_addr()?;
         let (stop, mut stopped) = watch::channel(false);
-        let sources = Arc::new(sources);
+        let domain_events = DomainEvents::start(
+            &sources.cluster,
+            domain_events::RING_CAPACITY,
+            stopped.clone(),
+        );
+        let listener_state = Arc::new(Listener {
+            sources,
+            domain_events,
+            stopped: stopped.clone(),
+        });
         let task = tokio::spawn(async move {
             loop {
                 let accepted = tokio::select! {
@@ -277,13 +323,13 @@ impl ManagementServer {
                         continue;
                     }
                 };
-                let sources = Arc::clone(&sources);
+                let served = Arc::clone(&listener_state);
                 tokio::spawn(async move {
                     let service = service_fn(move |request: Request<Incoming>| {
-                        let sources = Arc::clone(&sources);
+                        let served = Arc::clone(&served);
                         async move {
-                            let mut response = route(request, &sources).await;
-                            if sources.health.state().closes_connections() {
+                            let mut response = route(request, &served).await;
+                            if served.sources.health.state().closes_connections() {
                                 response
                                     .headers_mut()
                                     .insert(CONNECTION, HeaderValue::from_static("close"));

@@ -5,7 +5,9 @@
 //! bearer token (401), answers an unknown operation 400 and an unknown member 404 as Akka does,
 //! and with the token downs an unreachable member, which then leaves the view. With the demo
 //! workload, each node says what its singleton manager is doing: exactly one hosts, since
-//! when, both elect the same host, nobody waits for acknowledgments once it settled.
+//! when, both elect the same host, nobody waits for acknowledgments once it settled. The
+//! domain-event stream resumes after a disconnect with `Last-Event-ID`: none missed, none
+//! repeated.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -367,4 +369,230 @@ async fn each_node_tells_whether_its_singleton_manager_hosts_since_when_and_what
     assert_eq!(status, 404, "{missing}");
     drop(second);
     drop(first);
+}
+
+/// One server-sent event as a client reads it.
+#[derive(Debug, Clone, Default)]
+struct SseEvent {
+    id: Option<String>,
+    event: String,
+    data: Value,
+    /// Comment lines before it (`: …`).
+    comments: Vec<String>,
+}
+
+impl SseEvent {
+    /// The sequence of its id (`<incarnation>-<sequence>`).
+    fn sequence(&self) -> u64 {
+        let id = self.id.as_deref().expect("every event has an id");
+        id.rsplit_once('-').unwrap().1.parse().unwrap()
+    }
+}
+
+/// A `/cluster/domain-events` stream being read.
+struct SseReader {
+    response: reqwest::Response,
+    buffer: String,
+    comments: Vec<String>,
+}
+
+impl SseReader {
+    async fn open(client: &reqwest::Client, url: String, last_event_id: Option<&str>) -> Self {
+        let mut request = client.get(url);
+        if let Some(id) = last_event_id {
+            request = request.header("last-event-id", id);
+        }
+        let response = request.send().await.expect("the stream opens");
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.headers()["content-type"], "text/event-stream");
+        Self {
+            response,
+            buffer: String::new(),
+            comments: Vec::new(),
+        }
+    }
+
+    /// The next event (`retry:` and keep-alives skipped); fails the test after `WAIT`.
+    async fn next(&mut self) -> SseEvent {
+        tokio::time::timeout(WAIT, async {
+            loop {
+                while let Some(end) = self.buffer.find("\n\n") {
+                    let block: String = self.buffer.drain(..end + 2).collect();
+                    let mut event = SseEvent::default();
+                    let mut data = None;
+                    for line in block.lines() {
+                        if let Some(comment) = line.strip_prefix(": ") {
+                            if comment != "keep-alive" {
+                                self.comments.push(comment.to_owned());
+                            }
+                        } else if let Some(id) = line.strip_prefix("id: ") {
+                            event.id = Some(id.to_owned());
+                        } else if let Some(name) = line.strip_prefix("event: ") {
+                            event.event = name.to_owned();
+                        } else if let Some(json) = line.strip_prefix("data: ") {
+                            data = Some(serde_json::from_str(json).expect("data is JSON"));
+                        }
+                    }
+                    if let Some(data) = data {
+                        event.data = data;
+                        event.comments = std::mem::take(&mut self.comments);
+                        return event;
+                    }
+                }
+                let chunk = self
+                    .response
+                    .chunk()
+                    .await
+                    .expect("the stream reads")
+                    .expect("the stream stays open");
+                self.buffer.push_str(std::str::from_utf8(&chunk).unwrap());
+            }
+        })
+        .await
+        .expect("an event within the wait")
+    }
+
+    /// Events until one satisfies `want` (that one included).
+    async fn until(&mut self, want: impl Fn(&SseEvent) -> bool) -> Vec<SseEvent> {
+        let mut events = Vec::new();
+        loop {
+            let event = self.next().await;
+            let done = want(&event);
+            events.push(event);
+            if done {
+                return events;
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_domain_event_stream_resumes_after_a_disconnect_without_missing_or_repeating() {
+    let client = reqwest::Client::new();
+    let (first_port, second_port, third_port) = (free_port(), free_port(), free_port());
+    let first = AgentProcess::start(first_port, first_port, None);
+    let _second = AgentProcess::start(second_port, first_port, None);
+    members_until(&client, &first, "two members up", |body| {
+        body["members"]
+            .as_array()
+            .is_some_and(|m| m.len() == 2 && m.iter().all(|m| m["status"] == "Up"))
+    })
+    .await;
+    let url = format!("{}/cluster/domain-events", first.management);
+
+    // A fresh stream opens with the membership now, under the id of the last event it holds.
+    let mut stream = SseReader::open(&client, url.clone(), None).await;
+    let snapshot = stream.next().await;
+    assert_eq!(snapshot.event, "CurrentClusterState", "{snapshot:?}");
+    assert_eq!(snapshot.data["type"], "CurrentClusterState");
+    assert_eq!(snapshot.data["selfNode"], first.address.as_str());
+    let members = snapshot.data["members"].as_array().unwrap();
+    assert_eq!(members.len(), 2, "{snapshot:?}");
+    assert!(
+        members
+            .iter()
+            .all(|m| m["status"] == "Up" && m["nodeUid"].is_string())
+    );
+    assert!(
+        snapshot.sequence() >= 3,
+        "the two members' events came before: {snapshot:?}"
+    );
+    let seen = snapshot.id.clone().unwrap();
+    drop(stream);
+
+    // While nobody listens, a third node joins.
+    let third = AgentProcess::start(third_port, first_port, None);
+    // Up before the client comes back: what it missed is replayed from the ring, not live.
+    members_until(&client, &first, "three members up", |body| {
+        body["members"]
+            .as_array()
+            .is_some_and(|m| m.len() == 3 && m.iter().all(|m| m["status"] == "Up"))
+    })
+    .await;
+    let third_up =
+        |e: &SseEvent| e.event == "MemberUp" && e.data["member"]["node"] == third.address.as_str();
+
+    // Resumed: exactly the events after the last id seen, in order, no snapshot.
+    let mut resumed = SseReader::open(&client, url.clone(), Some(&seen)).await;
+    let events = resumed.until(third_up).await;
+    let sequences: Vec<u64> = events.iter().map(SseEvent::sequence).collect();
+    let expected: Vec<u64> = (snapshot.sequence() + 1..).take(events.len()).collect();
+    assert_eq!(
+        sequences, expected,
+        "none missed, none repeated: {events:?}"
+    );
+    assert!(events.iter().all(|e| e.event != "CurrentClusterState"));
+    assert!(
+        events.iter().any(
+            |e| e.event == "MemberJoined" && e.data["member"]["node"] == third.address.as_str()
+        ),
+        "{events:?}"
+    );
+    for event in &events {
+        assert_eq!(event.data["type"], event.event.as_str(), "{event:?}");
+    }
+    drop(resumed);
+
+    // The same resume through the query parameter, filtered: only the types asked for.
+    let mut filtered = SseReader::open(
+        &client,
+        format!("{url}?type=MemberUp&snapshot=false&last_event_id={seen}"),
+        None,
+    )
+    .await;
+    let ups = filtered.until(third_up).await;
+    assert!(ups.iter().all(|e| e.event == "MemberUp"), "{ups:?}");
+    let expected_ups: Vec<u64> = events
+        .iter()
+        .filter(|e| e.event == "MemberUp")
+        .map(SseEvent::sequence)
+        .collect();
+    assert_eq!(
+        ups.iter().map(SseEvent::sequence).collect::<Vec<_>>(),
+        expected_ups
+    );
+    drop(filtered);
+
+    // An id of another incarnation of this node: the state first, saying why.
+    let mut other = SseReader::open(&client, url.clone(), Some("1-1")).await;
+    let state = other.next().await;
+    assert_eq!(state.event, "CurrentClusterState");
+    assert_eq!(
+        state.data["members"].as_array().unwrap().len(),
+        3,
+        "{state:?}"
+    );
+    assert!(
+        state
+            .comments
+            .iter()
+            .any(|c| c.contains("another incarnation")),
+        "{state:?}"
+    );
+    drop(other);
+
+    // Bad input: 400 in Akka's message shape, saying what is allowed.
+    let last = state.id.unwrap();
+    let (incarnation, sequence) = last.rsplit_once('-').unwrap();
+    let ahead = format!("{incarnation}-{}", sequence.parse::<u64>().unwrap() + 1000);
+    for (query, header, says) in [
+        ("?type=MemberDown", None, "known: MemberJoined"),
+        ("?type=", None, "`type` has an empty value"),
+        ("?snapshot=maybe", None, "`snapshot` is `true` or `false`"),
+        ("", Some("17"), "<incarnation>-<sequence>"),
+        ("", Some(ahead.as_str()), "beyond the last event"),
+    ] {
+        let mut request = client.get(format!("{url}{query}"));
+        if let Some(header) = header {
+            request = request.header("last-event-id", header);
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), 400, "{query} {header:?}");
+        let body: Value = response.json().await.unwrap();
+        let message = body["message"].as_str().unwrap();
+        assert!(message.contains(says), "{query} {header:?}: {message}");
+    }
+    let response = client.post(&url).send().await.unwrap();
+    assert_eq!(response.status(), 405);
+    assert_eq!(response.headers()["allow"], "GET");
 }

@@ -163,10 +163,7 @@ async fn three_nodes() -> Vec<Node> {
             ClusterSecret::new("benchmark-cluster-secret").expect("secret"),
         )
         .with_send_queue_capacity(64 * 1024);
-        let settings = MembershipOptions {
-            seeds: seed.iter().cloned().collect(),
-            ..MembershipOptions::default()
-        };
+        let settings = MembershipOptions::default().with_seeds(seed.iter().cloned());
         let cluster = Cluster::builder(&system)
             .with_membership(settings)
             .with_self_seed_if_none()

@@ -166,10 +166,7 @@ async fn converge(nodes: usize) -> Duration {
             "127.0.0.1:0".parse().expect("address"),
             ClusterSecret::new("benchmark-cluster-secret").expect("secret"),
         );
-        let settings = MembershipOptions {
-            seeds: seed.iter().cloned().collect(),
-            ..MembershipOptions::default()
-        };
+        let settings = MembershipOptions::default().with_seeds(seed.iter().cloned());
         let cluster = Cluster::builder(&system)
             .with_membership(settings)
             .with_self_seed_if_none()
@@ -233,10 +230,7 @@ async fn run_node_process() {
         ClusterSecret::new("benchmark-cluster-secret").expect("secret"),
     )
     .with_incarnation(rand::random());
-    let settings = MembershipOptions {
-        seeds: vec![seed],
-        ..MembershipOptions::default()
-    };
+    let settings = MembershipOptions::default().with_seeds([seed]);
     let cluster = Cluster::builder(&system)
         .with_membership(settings)
         .bind_tcp(config)

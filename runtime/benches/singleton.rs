@@ -103,10 +103,7 @@ async fn node(seed: Option<&Address>) -> Node {
     )
     .with_incarnation(rand::random())
     .with_send_queue_capacity(64 * 1024);
-    let settings = MembershipOptions {
-        seeds: seed.into_iter().cloned().collect(),
-        ..MembershipOptions::default()
-    };
+    let settings = MembershipOptions::default().with_seeds(seed.into_iter().cloned());
     let cluster = Cluster::builder(&system)
         .with_membership(settings)
         .with_self_seed_if_none()

@@ -22,7 +22,6 @@
 //! # }
 //! ```
 
-use std::collections::BTreeSet;
 use std::fmt;
 use std::time::Duration;
 
@@ -142,14 +141,11 @@ impl SimCluster {
             incarnation: self.rng.random(),
         };
         let system = ActorSystem::new("sim").expect("valid system name");
-        let settings = MembershipOptions {
-            seeds: vec![sim_address(0)],
-            roles: roles
-                .iter()
-                .map(|r| (*r).to_owned())
-                .collect::<BTreeSet<_>>(),
-            ..self.settings.clone()
-        };
+        let settings = self
+            .settings
+            .clone()
+            .with_seeds([sim_address(0)])
+            .with_roles(roles.iter().copied());
         let cluster = Cluster::builder(&system)
             .with_membership(settings)
             .with_inbound_capacity(16_384)

@@ -74,10 +74,7 @@ mod cluster_router {
 
     #[tokio::test(start_paused = true)]
     async fn an_unreachable_member_is_not_routed_to_until_it_is_reachable_again() {
-        let settings = MembershipOptions {
-            down_after: None,
-            ..MembershipOptions::default()
-        };
+        let settings = MembershipOptions::default().with_down_after(None);
         let mut sim = SimCluster::with_settings(42, settings);
         for _ in 0..3 {
             sim.start_node(&[]);

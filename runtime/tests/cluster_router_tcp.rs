@@ -59,14 +59,11 @@ async fn three_nodes(
             ClusterSecret::new("a shared secret of enough length").unwrap(),
         )
         .with_incarnation(rand::random());
-        let settings = MembershipOptions {
-            seeds: nodes
+        let settings = MembershipOptions::default().with_seeds(
+            nodes
                 .first()
-                .map(|first| first.cluster.self_address().clone())
-                .into_iter()
-                .collect(),
-            ..MembershipOptions::default()
-        };
+                .map(|first| first.cluster.self_address().clone()),
+        );
         let cluster = Cluster::builder(&system)
             .with_membership(settings)
             .with_self_seed_if_none()

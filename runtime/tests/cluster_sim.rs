@@ -73,10 +73,7 @@ async fn a_killed_daemon_is_unreachable_within_3s_then_downed_and_removed_everyw
 
 #[tokio::test(start_paused = true)]
 async fn a_healed_partition_brings_member_reachable_and_member_up() {
-    let settings = troupe::cluster::MembershipOptions {
-        down_after: None,
-        ..Default::default()
-    };
+    let settings = troupe::cluster::MembershipOptions::default().with_down_after(None);
     let mut sim = SimCluster::with_settings(13, settings);
     for _ in 0..3 {
         sim.start_node(&[]);

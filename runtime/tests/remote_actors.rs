@@ -109,17 +109,11 @@ async fn node(seed_port: Option<u16>) -> Node {
         ClusterSecret::new("a shared secret of enough length").unwrap(),
     )
     .with_incarnation(rand::random());
-    let settings = MembershipOptions {
-        seeds: seed_port
-            .map(|seed| {
-                format!("troupe://remote-test@127.0.0.1:{seed}")
-                    .parse()
-                    .unwrap()
-            })
-            .into_iter()
-            .collect(),
-        ..MembershipOptions::default()
-    };
+    let settings = MembershipOptions::default().with_seeds(seed_port.map(|seed| {
+        format!("troupe://remote-test@127.0.0.1:{seed}")
+            .parse()
+            .unwrap()
+    }));
     let cluster = Cluster::builder(&system)
         .with_membership(settings)
         .with_self_seed_if_none()

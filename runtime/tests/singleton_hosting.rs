@@ -112,10 +112,7 @@ mod singleton {
     /// the incumbent stays host in every view, and nobody promotes itself.
     #[tokio::test(start_paused = true)]
     async fn an_unreachable_incumbent_does_not_make_a_peer_promote_itself() {
-        let settings = MembershipOptions {
-            down_after: None,
-            ..MembershipOptions::default()
-        };
+        let settings = MembershipOptions::default().with_down_after(None);
         let sim = cluster(105, &[&[], &[], &[]], settings).await;
         let oracle = Oracle::default();
         for i in 0..3 {
@@ -158,10 +155,7 @@ mod singleton {
 
     #[tokio::test(start_paused = true)]
     async fn an_unreachable_role_host_does_not_make_a_peer_promote_itself() {
-        let settings = MembershipOptions {
-            down_after: None,
-            ..MembershipOptions::default()
-        };
+        let settings = MembershipOptions::default().with_down_after(None);
         let sim = cluster(106, &[&[], &["r"], &["r"]], settings).await;
         let oracle = Oracle::default();
         for i in 0..3 {

@@ -6,6 +6,27 @@ use std::time::Duration;
 
 use clap::Parser;
 
+/// Default of `--agent-silence-ms`: 15 s, several missed 2 s heartbeats.
+pub const DEFAULT_AGENT_SILENCE_MS: u64 = 15_000;
+
+/// The range `--agent-silence-ms` accepts: above the agents' 2 s heartbeat (with room for a
+/// slow request), at most one day.
+pub const AGENT_SILENCE_MS_RANGE: std::ops::RangeInclusive<u64> = 3_000..=86_400_000;
+
+/// Parses `--agent-silence-ms`, saying what is allowed when the value is not.
+fn parse_agent_silence_ms(text: &str) -> Result<u64, String> {
+    let allowed = format!(
+        "a whole number of milliseconds from {} (above the agents' 2 s heartbeat) to {} (one day)",
+        AGENT_SILENCE_MS_RANGE.start(),
+        AGENT_SILENCE_MS_RANGE.end()
+    );
+    match text.trim().parse::<u64>() {
+        Ok(ms) if AGENT_SILENCE_MS_RANGE.contains(&ms) => Ok(ms),
+        Ok(ms) => Err(format!("{ms} is out of range: give {allowed}")),
+        Err(_) => Err(format!("`{text}` is not a number: give {allowed}")),
+    }
+}
+
 /// `troupe-server`: the Troupe control plane.
 ///
 /// Every option can also be set through the environment variable shown beside it; a flag wins
@@ -138,6 +159,15 @@ pub struct Config {
     #[arg(long, env = "TROUPE_MAX_CLOCK_SKEW_MS", default_value_t = crate::store::DEFAULT_MAX_CLOCK_SKEW_MS)]
     pub max_clock_skew_ms: u64,
 
+    /// Milliseconds without any report from a member's agent (agents send a heartbeat batch
+    /// at least every 2 s) after which the API, the live stream's opening state and the
+    /// dashboard show its health as `unknown` instead of what it last reported (`ready`, …).
+    /// Decided when read, from the agent's last report time: nothing stored changes, and the
+    /// agent's next report shows its real health again. From 3000 to 86400000 (one day).
+    #[arg(long, env = "TROUPE_AGENT_SILENCE_MS",
+        default_value_t = DEFAULT_AGENT_SILENCE_MS, value_parser = parse_agent_silence_ms)]
+    pub agent_silence_ms: u64,
+
     /// Largest ingest request body accepted, in bytes; larger ones get 413.
     #[arg(long, env = "TROUPE_MAX_BODY_BYTES", default_value_t = 8 * 1024 * 1024)]
     pub max_body_bytes: usize,
@@ -191,6 +221,7 @@ impl Config {
             agent_series_ttl_secs: 300,
             max_body_bytes: 8 * 1024 * 1024,
             max_clock_skew_ms: crate::store::DEFAULT_MAX_CLOCK_SKEW_MS,
+            agent_silence_ms: DEFAULT_AGENT_SILENCE_MS,
             workers: None,
             shutdown_timeout_secs: 30,
             otlp: troupe_telemetry::otlp::OtlpArgs::default(),
@@ -205,10 +236,61 @@ impl Config {
         Duration::from_secs(self.agent_series_ttl_secs.max(1))
     }
 
+    /// `--agent-silence-ms` as the signed milliseconds stored times are compared in.
+    #[must_use]
+    pub fn agent_silence_limit_ms(&self) -> i64 {
+        i64::try_from(self.agent_silence_ms).unwrap_or(i64::MAX)
+    }
+
     /// How long history is kept, if it expires.
     #[must_use]
     pub fn retention(&self) -> Option<Duration> {
         (self.retention_days > 0)
             .then(|| Duration::from_secs(u64::from(self.retention_days) * 86_400))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::{Config, DEFAULT_AGENT_SILENCE_MS};
+
+    fn parse(args: &[&str]) -> Result<Config, clap::Error> {
+        Config::try_parse_from(std::iter::once("troupe-server").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn agent_silence_defaults_to_fifteen_seconds_and_takes_the_range_ends() {
+        assert_eq!(
+            parse(&[]).unwrap().agent_silence_ms,
+            DEFAULT_AGENT_SILENCE_MS
+        );
+        assert_eq!(
+            parse(&["--agent-silence-ms", "3000"])
+                .unwrap()
+                .agent_silence_ms,
+            3_000
+        );
+        assert_eq!(
+            parse(&["--agent-silence-ms", "86400000"])
+                .unwrap()
+                .agent_silence_ms,
+            86_400_000
+        );
+    }
+
+    #[test]
+    fn a_bad_agent_silence_is_refused_saying_what_is_allowed() {
+        for bad in ["0", "2999", "86400001", "-5", "15s", ""] {
+            let flag = format!("--agent-silence-ms={bad}");
+            let message = parse(&[&flag]).unwrap_err().to_string();
+            assert!(
+                message.contains("--agent-silence-ms")
+                    && message.contains("from 3000")
+                    && message.contains("to 86400000"),
+                "{bad:?}: {message}"
+            );
+        }
     }
 }

@@ -38,8 +38,8 @@ use troupe_protocol::{OperationKind, ReportBatch};
 pub use error::StoreError;
 pub use model::{
     AgentRow, ClusterRow, ClusterSnapshot, DeadLetterRow, DepthTickRow, EventRow, IngestOutcome,
-    MemberRow, MinuteCount, RouterRow, SingletonRow, StreamDeadLetterRow, StreamPosition, Totals,
-    current_incarnations, string_list,
+    MemberRow, MinuteCount, RouterRow, SILENT_HEALTH, SingletonRow, StreamDeadLetterRow,
+    StreamPosition, Totals, current_incarnations, string_list,
 };
 
 /// Runs `$body` with `$pool` bound to the backend's pool; the body is compiled once per backend.

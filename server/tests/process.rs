@@ -113,6 +113,19 @@ fn help_lists_every_option_its_environment_variable_and_default() {
         ("--otel-sdk-disabled", "OTEL_SDK_DISABLED"),
         ("--log-json", "TROUPE_LOG_JSON"),
         ("--log-filter", "RUST_LOG"),
+        ("--tls-cert", "TROUPE_TLS_CERT"),
+        ("--tls-key", "TROUPE_TLS_KEY"),
+        ("--viewer-token", "TROUPE_VIEWER_TOKEN"),
+        ("--trusted-proxy-header", "TROUPE_TRUSTED_PROXY_HEADER"),
+        ("--trusted-proxy-cidrs", "TROUPE_TRUSTED_PROXY_CIDRS"),
+        ("--allow-anonymous-read", "TROUPE_ALLOW_ANONYMOUS_READ"),
+        ("--coordination-token", "TROUPE_COORDINATION_TOKEN"),
+        ("--etcd-endpoints", "TROUPE_ETCD_ENDPOINTS"),
+        ("--coordination-prefix", "TROUPE_COORDINATION_PREFIX"),
+        ("--coordination-schema", "TROUPE_COORDINATION_SCHEMA"),
+        ("--agent-series-ttl-secs", "TROUPE_AGENT_SERIES_TTL_SECS"),
+        ("--max-clock-skew-ms", "TROUPE_MAX_CLOCK_SKEW_MS"),
+        ("--agent-silence-ms", "TROUPE_AGENT_SILENCE_MS"),
     ] {
         assert!(help.contains(flag), "{flag} missing from --help");
         assert!(
@@ -125,10 +138,30 @@ fn help_lists_every_option_its_environment_variable_and_default() {
         "[default: 7]",
         "[default: 8388608]",
         "troupe-control-plane.sqlite",
+        "[default: 15000]",
     ] {
         assert!(
             help.contains(default),
             "default {default} missing from --help"
+        );
+    }
+}
+
+#[test]
+fn a_bad_agent_silence_from_the_environment_stops_the_start_saying_what_is_allowed() {
+    for bad in ["0", "ten"] {
+        let output = Command::new(env!("CARGO_BIN_EXE_troupe-server"))
+            .env("TROUPE_AGENT_SILENCE_MS", bad)
+            .args(["--listen", "127.0.0.1:0"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{bad}: {stderr}");
+        assert!(
+            stderr.contains("--agent-silence-ms")
+                && stderr.contains("from 3000")
+                && stderr.contains("to 86400000"),
+            "{bad}: {stderr}"
         );
     }
 }

@@ -47,7 +47,7 @@ fn message(status: u16, text: impl Into<String>) -> Answer {
 }
 
 /// Akka's name of a status (`weakly-up` → `WeaklyUp`).
-fn akka_status(status: MemberStatus) -> String {
+pub(super) fn akka_status(status: MemberStatus) -> String {
     status
         .name()
         .split('-')
@@ -60,7 +60,7 @@ fn akka_status(status: MemberStatus) -> String {
         .collect()
 }
 
-fn member_json(member: &Member) -> Value {
+pub(super) fn member_json(member: &Member) -> Value {
     json!({
         "node": member.address().to_string(),
         "nodeUid": member.node.incarnation.to_string(),
@@ -109,7 +109,7 @@ pub(super) fn members(view: &ClusterView, me: &Address) -> Value {
 }
 
 /// Decodes `%XX` escapes (an invalid escape is kept as written).
-fn percent_decode(text: &str) -> String {
+pub(super) fn percent_decode(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

@@ -11,10 +11,9 @@
 //! let system = ActorSystem::new("demo")?;
 //! let secret = ClusterSecret::new("a shared secret, 16 bytes or more")?;
 //! let cluster = Cluster::builder(&system)
-//!     .with_membership(MembershipOptions {
-//!         seeds: vec!["troupe://demo@127.0.0.1:2551".parse()?],
-//!         ..Default::default()
-//!     })
+//!     .with_membership(
+//!         MembershipOptions::default().with_seeds(["troupe://demo@127.0.0.1:2551".parse()?]),
+//!     )
 //!     .bind_tcp(TcpTransportOptions::new("demo", "127.0.0.1:2551".parse()?, secret))
 //!     .await?;
 //! # Ok(()) }
@@ -183,8 +182,8 @@ impl ClusterBuilder {
         let remoting = Remoting::start(&self.system, transport, inbound);
         let provider: Box<dyn MembershipProvider> = match self.membership {
             Membership::Gossip(mut settings) => {
-                if self.self_seed && settings.seeds.is_empty() {
-                    settings.seeds.push(remoting.local().address.clone());
+                if self.self_seed && settings.seeds().is_empty() {
+                    settings = settings.with_seeds([remoting.local().address.clone()]);
                 }
                 let (cluster_frames, cluster_inbound) = mpsc::unbounded_channel();
                 remoting

@@ -204,12 +204,12 @@ impl Actor for ClusterDaemon {
             })
         };
         self.tasks.push(ticker(
-            settings.gossip_interval,
+            settings.gossip_interval(),
             || DaemonMsg::GossipTick,
             me.clone(),
         ));
         self.tasks.push(ticker(
-            settings.heartbeat_interval,
+            settings.heartbeat_interval(),
             || DaemonMsg::HeartbeatTick,
             me.clone(),
         ));

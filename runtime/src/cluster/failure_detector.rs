@@ -10,19 +10,19 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// Settings of the failure detector.
+use super::membership::OptionsError;
+
+/// Settings of the failure detector. Defaults are documented on each setter; the expected
+/// heartbeat interval is not one of them: it is always the membership's
+/// [`heartbeat_interval`](super::MembershipOptions::with_heartbeat_interval).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FailureDetectorOptions {
-    /// The phi above which a peer is unreachable.
-    pub threshold: f64,
-    /// How many intervals to remember.
-    pub max_sample_size: usize,
-    /// The floor for the standard deviation, so perfectly regular heartbeats don't make phi jumpy.
-    pub min_std_deviation: Duration,
-    /// Extra silence tolerated beyond the usual interval (pauses, bursts of load).
-    pub acceptable_heartbeat_pause: Duration,
-    /// The expected heartbeat interval, used to seed the history.
-    pub heartbeat_interval: Duration,
+    threshold: f64,
+    max_sample_size: usize,
+    min_std_deviation: Duration,
+    acceptable_heartbeat_pause: Duration,
+    /// Seeds the history; set by the membership from its own heartbeat interval.
+    heartbeat_interval: Duration,
 }
 
 impl Default for FailureDetectorOptions {
@@ -34,6 +34,99 @@ impl Default for FailureDetectorOptions {
             acceptable_heartbeat_pause: Duration::from_millis(1_000),
             heartbeat_interval: Duration::from_millis(500),
         }
+    }
+}
+
+impl FailureDetectorOptions {
+    /// The phi above which a peer is unreachable (default 8): phi 8 is a heartbeat that, by
+    /// the history so far, had a 10⁻⁸ chance of being this late.
+    #[must_use]
+    pub fn with_threshold(mut self, phi: f64) -> Self {
+        self.threshold = phi;
+        self
+    }
+
+    /// How many heartbeat intervals to remember (default 200).
+    #[must_use]
+    pub fn with_max_sample_size(mut self, intervals: usize) -> Self {
+        self.max_sample_size = intervals;
+        self
+    }
+
+    /// The floor for the standard deviation of the intervals, so perfectly regular heartbeats
+    /// do not make phi jumpy (default 100 ms).
+    #[must_use]
+    pub fn with_min_std_deviation(mut self, deviation: Duration) -> Self {
+        self.min_std_deviation = deviation;
+        self
+    }
+
+    /// Extra silence tolerated beyond the usual interval: pauses, bursts of load (default 1 s).
+    #[must_use]
+    pub fn with_acceptable_heartbeat_pause(mut self, pause: Duration) -> Self {
+        self.acceptable_heartbeat_pause = pause;
+        self
+    }
+
+    /// The phi above which a peer is unreachable.
+    #[must_use]
+    pub fn threshold(&self) -> f64 {
+        self.threshold
+    }
+
+    /// How many heartbeat intervals are remembered.
+    #[must_use]
+    pub fn max_sample_size(&self) -> usize {
+        self.max_sample_size
+    }
+
+    /// The floor for the standard deviation of the intervals.
+    #[must_use]
+    pub fn min_std_deviation(&self) -> Duration {
+        self.min_std_deviation
+    }
+
+    /// Extra silence tolerated beyond the usual interval.
+    #[must_use]
+    pub fn acceptable_heartbeat_pause(&self) -> Duration {
+        self.acceptable_heartbeat_pause
+    }
+
+    /// The same settings expecting a heartbeat every `interval`.
+    pub(super) fn expecting_heartbeats_every(mut self, interval: Duration) -> Self {
+        self.heartbeat_interval = interval;
+        self
+    }
+
+    /// Checks every setting; [`MembershipOptions::validate`](super::MembershipOptions::validate)
+    /// calls it at start.
+    ///
+    /// # Errors
+    /// An [`OptionsError`] naming the field (`failure_detector.threshold`, …), the value and
+    /// what is allowed.
+    pub fn validate(&self) -> Result<(), OptionsError> {
+        if !self.threshold.is_finite() || self.threshold <= 0.0 {
+            return Err(OptionsError {
+                field: "failure_detector.threshold",
+                value: self.threshold.to_string(),
+                allowed: "a finite number > 0 (8 is typical)",
+            });
+        }
+        if self.max_sample_size == 0 {
+            return Err(OptionsError {
+                field: "failure_detector.max_sample_size",
+                value: "0".to_owned(),
+                allowed: "at least 1 interval",
+            });
+        }
+        if self.min_std_deviation.is_zero() {
+            return Err(OptionsError {
+                field: "failure_detector.min_std_deviation",
+                value: format!("{:?}", self.min_std_deviation),
+                allowed: "> 0",
+            });
+        }
+        Ok(())
     }
 }
 
@@ -142,6 +235,53 @@ mod tests {
             silent >= Duration::from_millis(1_500),
             "detected after {silent:?}"
         );
+    }
+
+    #[test]
+    fn settings_that_cannot_work_are_refused_naming_the_field_and_what_is_allowed() {
+        let defaults = FailureDetectorOptions::default();
+        assert_eq!(defaults.validate(), Ok(()));
+        let refused = |options: FailureDetectorOptions| options.validate().unwrap_err();
+        for phi in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let error = refused(defaults.with_threshold(phi));
+            assert_eq!(error.field, "failure_detector.threshold");
+            assert_eq!(error.allowed, "a finite number > 0 (8 is typical)");
+        }
+        assert_eq!(
+            refused(defaults.with_max_sample_size(0)).to_string(),
+            "failure_detector.max_sample_size must be at least 1 interval, got 0"
+        );
+        assert_eq!(
+            refused(defaults.with_min_std_deviation(Duration::ZERO)).to_string(),
+            "failure_detector.min_std_deviation must be > 0, got 0ns"
+        );
+        let tuned = defaults
+            .with_threshold(12.0)
+            .with_max_sample_size(1)
+            .with_min_std_deviation(Duration::from_millis(1))
+            .with_acceptable_heartbeat_pause(Duration::ZERO);
+        assert_eq!(tuned.validate(), Ok(()));
+        assert_eq!(tuned.threshold(), 12.0);
+        assert_eq!(tuned.max_sample_size(), 1);
+        assert_eq!(tuned.min_std_deviation(), Duration::from_millis(1));
+        assert_eq!(tuned.acceptable_heartbeat_pause(), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_higher_threshold_tolerates_a_longer_silence() {
+        let start = Instant::now();
+        let silence_until_unreachable = |settings: FailureDetectorOptions| {
+            let fd = PhiAccrual::new(settings, start);
+            let mut silent = Duration::ZERO;
+            while fd.is_available(start + silent) {
+                silent += Duration::from_millis(10);
+            }
+            silent
+        };
+        let default = silence_until_unreachable(FailureDetectorOptions::default());
+        let lenient =
+            silence_until_unreachable(FailureDetectorOptions::default().with_threshold(16.0));
+        assert!(lenient > default, "{lenient:?} <= {default:?}");
     }
 
     proptest! {

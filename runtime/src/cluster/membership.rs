@@ -28,6 +28,8 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 #[cfg(test)]
+mod options_tests;
+#[cfg(test)]
 mod simulation;
 
 use super::events::ClusterView;
@@ -37,30 +39,35 @@ use super::member::MemberStatus;
 use super::provider::Departure;
 use crate::{Address, UniqueAddress};
 
-/// Settings of gossip membership. The defaults detect a dead node in about 2–3 s and down it
-/// 5 s later.
+/// Settings of gossip membership: consuming `with_*` setters over defaults (documented on each
+/// setter), checked by [`validate`](Self::validate) when the cluster starts. The defaults
+/// detect a dead node in about 2–3 s and down it 5 s later.
+///
+/// ```
+/// use std::time::Duration;
+/// use troupe::cluster::{Downing, MembershipOptions};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let options = MembershipOptions::default()
+///     .with_seeds(["troupe://demo@10.0.0.1:2551".parse()?])
+///     .with_roles(["control-plane"])
+///     .with_downing(Downing::KeepMajority)
+///     .with_down_after(Some(Duration::from_secs(10)));
+/// options.validate()?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct MembershipOptions {
-    /// Nodes to join through; the first one may form a new cluster.
-    pub seeds: Vec<Address>,
-    /// This node's roles.
-    pub roles: BTreeSet<String>,
-    /// How often to gossip to one random member and run leader actions.
-    pub gossip_interval: Duration,
-    /// How often to heartbeat every other member.
-    pub heartbeat_interval: Duration,
-    /// Failure detector settings (its `heartbeat_interval` is kept equal to the one above).
-    pub failure_detector: FailureDetectorOptions,
-    /// Down a member that stays unreachable this long; `None` never downs automatically.
-    pub down_after: Option<Duration>,
-    /// What the acting leader downs when members stayed unreachable for `down_after`.
-    pub downing: Downing,
-    /// How long the first seed waits for the others before forming a cluster alone.
-    pub seed_node_timeout: Duration,
-    /// How long to wait for `Welcome` before asking the seeds again.
-    pub join_timeout: Duration,
-    /// How long a node that sees itself exiting or down keeps gossiping before it terminates.
-    pub removal_grace: Duration,
+    seeds: Vec<Address>,
+    roles: BTreeSet<String>,
+    gossip_interval: Duration,
+    heartbeat_interval: Duration,
+    failure_detector: FailureDetectorOptions,
+    down_after: Option<Duration>,
+    downing: Downing,
+    seed_node_timeout: Duration,
+    join_timeout: Duration,
+    removal_grace: Duration,
 }
 
 impl Default for MembershipOptions {
@@ -77,6 +84,172 @@ impl Default for MembershipOptions {
             join_timeout: Duration::from_secs(2),
             removal_grace: Duration::from_millis(600),
         }
+    }
+}
+
+impl MembershipOptions {
+    /// Nodes to join through, in order; the first one may form a new cluster (default none:
+    /// the node waits for seeds, unless the builder's `with_self_seed_if_none` seeds it with
+    /// its own address).
+    #[must_use]
+    pub fn with_seeds(mut self, seeds: impl IntoIterator<Item = Address>) -> Self {
+        self.seeds = seeds.into_iter().collect();
+        self
+    }
+
+    /// This node's roles (default none).
+    #[must_use]
+    pub fn with_roles<R: Into<String>>(mut self, roles: impl IntoIterator<Item = R>) -> Self {
+        self.roles = roles.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// How often to gossip to one random member and run leader actions (default 200 ms).
+    #[must_use]
+    pub fn with_gossip_interval(mut self, interval: Duration) -> Self {
+        self.gossip_interval = interval;
+        self
+    }
+
+    /// How often to heartbeat every other member (default 500 ms); the failure detector
+    /// expects heartbeats at this interval.
+    #[must_use]
+    pub fn with_heartbeat_interval(mut self, interval: Duration) -> Self {
+        self.heartbeat_interval = interval;
+        self
+    }
+
+    /// Failure detector settings (default [`FailureDetectorOptions::default`]).
+    #[must_use]
+    pub fn with_failure_detector(mut self, failure_detector: FailureDetectorOptions) -> Self {
+        self.failure_detector = failure_detector;
+        self
+    }
+
+    /// Down a member that stays unreachable this long; `None` never downs automatically
+    /// (default 5 s).
+    #[must_use]
+    pub fn with_down_after(mut self, down_after: Option<Duration>) -> Self {
+        self.down_after = down_after;
+        self
+    }
+
+    /// What the acting leader downs when members stayed unreachable for `down_after`
+    /// (default [`Downing::AutoDown`]).
+    #[must_use]
+    pub fn with_downing(mut self, downing: Downing) -> Self {
+        self.downing = downing;
+        self
+    }
+
+    /// How long the first seed waits for the others before forming a cluster alone
+    /// (default 1 s).
+    #[must_use]
+    pub fn with_seed_node_timeout(mut self, timeout: Duration) -> Self {
+        self.seed_node_timeout = timeout;
+        self
+    }
+
+    /// How long to wait for `Welcome` before asking the seeds again (default 2 s).
+    #[must_use]
+    pub fn with_join_timeout(mut self, timeout: Duration) -> Self {
+        self.join_timeout = timeout;
+        self
+    }
+
+    /// How long a node that sees itself exiting or down keeps gossiping before it terminates,
+    /// so the others see that it saw (default 600 ms; zero terminates at once).
+    #[must_use]
+    pub fn with_removal_grace(mut self, grace: Duration) -> Self {
+        self.removal_grace = grace;
+        self
+    }
+
+    /// The nodes to join through.
+    #[must_use]
+    pub fn seeds(&self) -> &[Address] {
+        &self.seeds
+    }
+
+    /// This node's roles.
+    #[must_use]
+    pub fn roles(&self) -> &BTreeSet<String> {
+        &self.roles
+    }
+
+    /// How often this node gossips.
+    #[must_use]
+    pub fn gossip_interval(&self) -> Duration {
+        self.gossip_interval
+    }
+
+    /// How often this node heartbeats every other member.
+    #[must_use]
+    pub fn heartbeat_interval(&self) -> Duration {
+        self.heartbeat_interval
+    }
+
+    /// The failure detector settings.
+    #[must_use]
+    pub fn failure_detector(&self) -> FailureDetectorOptions {
+        self.failure_detector
+    }
+
+    /// How long a member may stay unreachable before it is downed; `None`: never.
+    #[must_use]
+    pub fn down_after(&self) -> Option<Duration> {
+        self.down_after
+    }
+
+    /// What the acting leader downs.
+    #[must_use]
+    pub fn downing(&self) -> Downing {
+        self.downing
+    }
+
+    /// How long the first seed waits for the others.
+    #[must_use]
+    pub fn seed_node_timeout(&self) -> Duration {
+        self.seed_node_timeout
+    }
+
+    /// How long to wait for `Welcome` before asking the seeds again.
+    #[must_use]
+    pub fn join_timeout(&self) -> Duration {
+        self.join_timeout
+    }
+
+    /// How long a node that sees itself exiting or down keeps gossiping.
+    #[must_use]
+    pub fn removal_grace(&self) -> Duration {
+        self.removal_grace
+    }
+
+    /// Checks every setting, the failure detector's included; the cluster builder calls it
+    /// before anything is bound or spawned.
+    ///
+    /// # Errors
+    /// An [`OptionsError`] naming the field, the value and what is allowed.
+    pub fn validate(&self) -> Result<(), OptionsError> {
+        let positive = |field, value: Duration| {
+            if value.is_zero() {
+                Err(OptionsError {
+                    field,
+                    value: format!("{value:?}"),
+                    allowed: "> 0",
+                })
+            } else {
+                Ok(())
+            }
+        };
+        positive("gossip_interval", self.gossip_interval)?;
+        positive("heartbeat_interval", self.heartbeat_interval)?;
+        positive("seed_node_timeout", self.seed_node_timeout)?;
+        positive("join_timeout", self.join_timeout)?;
+        if let Some(down_after) = self.down_after {
+            positive("down_after", down_after)?;
+        }
+        self.failure_detector.validate()
     }
 }
 
@@ -110,7 +283,7 @@ impl Downing {
     }
 }
 
-/// A settings value that cannot work.
+/// A settings value that cannot work: which field, what it was, what is allowed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field} must be {allowed}, got {value}")]
 pub struct OptionsError {
@@ -120,39 +293,6 @@ pub struct OptionsError {
     pub value: String,
     /// What is allowed.
     pub allowed: &'static str,
-}
-
-impl MembershipOptions {
-    /// Check the settings; the error names the field, the value and what is allowed.
-    pub fn validate(&self) -> Result<(), OptionsError> {
-        let positive = |field, value: Duration| {
-            if value.is_zero() {
-                Err(OptionsError {
-                    field,
-                    value: format!("{value:?}"),
-                    allowed: "> 0",
-                })
-            } else {
-                Ok(())
-            }
-        };
-        positive("gossip_interval", self.gossip_interval)?;
-        positive("heartbeat_interval", self.heartbeat_interval)?;
-        positive("seed_node_timeout", self.seed_node_timeout)?;
-        positive("join_timeout", self.join_timeout)?;
-        if let Some(down_after) = self.down_after {
-            positive("down_after", down_after)?;
-        }
-        let threshold = self.failure_detector.threshold;
-        if threshold.is_nan() || threshold <= 0.0 {
-            return Err(OptionsError {
-                field: "failure_detector.threshold",
-                value: self.failure_detector.threshold.to_string(),
-                allowed: "a positive number (8 is typical)",
-            });
-        }
-        Ok(())
-    }
 }
 
 /// The membership protocol's messages between nodes. The sender is never part of a message:
@@ -269,7 +409,9 @@ impl Membership {
         now: Instant,
         rng_seed: u64,
     ) -> Self {
-        settings.failure_detector.heartbeat_interval = settings.heartbeat_interval;
+        settings.failure_detector = settings
+            .failure_detector
+            .expecting_heartbeats_every(settings.heartbeat_interval);
         Self {
             settings,
             me,

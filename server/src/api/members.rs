@@ -14,7 +14,7 @@ use troupe_protocol::OperationKind;
 use utoipa::ToSchema;
 
 use super::clusters::find_cluster;
-use super::nodes::NodeDto;
+use super::nodes::{NodeDto, agents};
 use crate::address;
 use crate::error::{ApiError, ErrorBody};
 use crate::request::query;
@@ -131,17 +131,6 @@ pub(crate) fn members_dto(
         members,
         unreachable,
     }
-}
-
-/// A cluster's agents as DTOs.
-pub(crate) async fn agents(state: &AppState, cluster_id: i64) -> Result<Vec<NodeDto>, ApiError> {
-    Ok(state
-        .store
-        .agents(cluster_id)
-        .await?
-        .into_iter()
-        .map(Into::into)
-        .collect())
 }
 
 async fn load(

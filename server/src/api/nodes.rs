@@ -9,7 +9,25 @@ use super::clusters::find_cluster;
 use crate::error::{ApiError, ErrorBody};
 use crate::state::AppState;
 use crate::store::AgentRow;
-use crate::time::datetime;
+use crate::store::SILENT_HEALTH;
+use crate::time::{datetime, now_ms};
+
+crate::api::schemas::named_schema!(
+    /// An agent's health as the API shows it.
+    AgentHealthName = "AgentHealthName",
+    utoipa::openapi::schema::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .enum_values(Some(
+            troupe_protocol::AgentHealth::ALL
+                .iter()
+                .map(|h| h.as_str())
+                .chain([SILENT_HEALTH]),
+        ))
+        .description(Some(
+            "An agent's health; `unknown`: it has sent nothing for longer than `--agent-silence-ms`",
+        ))
+        .into()
+);
 
 /// Items an agent dropped since it started, by kind.
 #[derive(Debug, Clone, Copy, Serialize, ToSchema)]
@@ -39,8 +57,14 @@ pub struct NodeDto {
     pub incarnation: u64,
     /// The machine it runs on (`meta.node`).
     pub meta_node: Option<String>,
-    /// `starting`, `ready`, `draining` or `fenced`, as last reported.
+    /// `starting`, `ready`, `draining` or `fenced` as last reported; `unknown` once the agent
+    /// has sent nothing for longer than `--agent-silence-ms` (its next report shows its real
+    /// health again); null before its first health report.
+    #[schema(value_type = Option<AgentHealthName>)]
     pub health: Option<String>,
+    /// The health it last reported, whether or not it has gone silent since.
+    #[schema(value_type = Option<AgentHealthName>)]
+    pub reported_health: Option<String>,
     /// First report.
     pub first_seen: DateTime<Utc>,
     /// Latest report (server clock).
@@ -58,13 +82,16 @@ pub struct NodeDto {
     pub clock_skew_ms: i64,
 }
 
-impl From<AgentRow> for NodeDto {
-    fn from(row: AgentRow) -> Self {
+impl NodeDto {
+    /// `row` as shown at `now_ms`, silent after `silence_ms` without a report.
+    #[must_use]
+    pub fn at(row: AgentRow, now_ms: i64, silence_ms: i64) -> Self {
         Self {
+            health: row.health_at(now_ms, silence_ms).map(str::to_owned),
             node: row.node,
             incarnation: row.incarnation as u64,
             meta_node: row.meta_node,
-            health: row.health,
+            reported_health: row.health,
             first_seen: datetime(row.first_seen_ms),
             last_report: datetime(row.last_report_ms),
             last_sent: datetime(row.last_sent_ms),
@@ -92,12 +119,16 @@ pub async fn list(
     cluster: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let cluster = find_cluster(&state, &cluster).await?;
-    let nodes: Vec<NodeDto> = state
-        .store
-        .agents(cluster.id)
-        .await?
-        .into_iter()
-        .map(Into::into)
-        .collect();
+    let nodes = agents(&state, cluster.id).await?;
     Ok(HttpResponse::Ok().json(nodes))
+}
+
+/// A cluster's agents as DTOs, as of now (silent ones with health `unknown`).
+pub(crate) async fn agents(state: &AppState, cluster_id: i64) -> Result<Vec<NodeDto>, ApiError> {
+    let rows = state.store.agents(cluster_id).await?;
+    let (now, silence) = (now_ms(), state.config.agent_silence_limit_ms());
+    Ok(rows
+        .into_iter()
+        .map(|row| NodeDto::at(row, now, silence))
+        .collect())
 }

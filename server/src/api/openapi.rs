@@ -82,6 +82,7 @@ use crate::viewer::Route;
         super::management::DomainEventType,
         super::schemas::CoordinationName,
         super::leases::LeaseTtl,
+        super::nodes::AgentHealthName,
     )),
     modifiers(&TokenSchemes),
     tags(

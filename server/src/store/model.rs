@@ -55,6 +55,30 @@ pub struct AgentRow {
     pub clock_skew_ms: i64,
 }
 
+/// The health shown for an agent that has been silent for longer than the silence limit.
+pub const SILENT_HEALTH: &str = "unknown";
+
+impl AgentRow {
+    /// Whether it sent nothing for longer than `silence_ms` before `now_ms` (a report exactly
+    /// `silence_ms` old is not silence yet).
+    #[must_use]
+    pub fn silent_at(&self, now_ms: i64, silence_ms: i64) -> bool {
+        now_ms.saturating_sub(self.last_report_ms) > silence_ms
+    }
+
+    /// Its health as shown at `now_ms`: [`SILENT_HEALTH`] once it has been silent for longer
+    /// than `silence_ms`, else what it last reported (`None` before its first health report).
+    /// The stored health is untouched: the next report shows it again.
+    #[must_use]
+    pub fn health_at(&self, now_ms: i64, silence_ms: i64) -> Option<&str> {
+        if self.silent_at(now_ms, silence_ms) {
+            Some(SILENT_HEALTH)
+        } else {
+            self.health.as_deref()
+        }
+    }
+}
+
 /// A member incarnation as the reports said.
 #[derive(Debug, Clone, PartialEq, Eq, FromRow)]
 pub struct MemberRow {
@@ -272,4 +296,49 @@ pub fn current_incarnations(rows: Vec<MemberRow>) -> Vec<MemberRow> {
 #[must_use]
 pub fn string_list(json: &str) -> Vec<String> {
     serde_json::from_str(json).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{AgentRow, SILENT_HEALTH};
+
+    fn agent(last_report_ms: i64, health: Option<&str>) -> AgentRow {
+        AgentRow {
+            id: 1,
+            node: "a:1".to_owned(),
+            incarnation: 1,
+            meta_node: None,
+            first_seen_ms: 0,
+            last_report_ms,
+            last_sent_ms: last_report_ms,
+            last_sequence: 1,
+            health: health.map(str::to_owned),
+            dropped_membership: 0,
+            dropped_singleton: 0,
+            dropped_router: 0,
+            dropped_dead_letters: 0,
+            dropped_health: 0,
+            dropped_depth_samples: 0,
+            clock_skew_ms: 0,
+        }
+    }
+
+    #[test]
+    fn an_agent_is_silent_only_past_the_limit_and_keeps_its_reported_health() {
+        let row = agent(100_000, Some("ready"));
+        assert_eq!(row.health_at(100_000 + 15_000, 15_000), Some("ready"));
+        assert_eq!(row.health_at(100_000 + 15_001, 15_000), Some(SILENT_HEALTH));
+        assert!(!row.silent_at(115_000, 15_000) && row.silent_at(115_001, 15_000));
+        assert_eq!(row.health.as_deref(), Some("ready"), "the row is untouched");
+        // A report from "the future" (server clocks stepping back) is not silence.
+        assert_eq!(row.health_at(90_000, 15_000), Some("ready"));
+        // Silent before any health report: still unknown; reporting without health: none.
+        assert_eq!(
+            agent(0, None).health_at(20_000, 15_000),
+            Some(SILENT_HEALTH)
+        );
+        assert_eq!(agent(10_000, None).health_at(20_000, 15_000), None);
+        assert!(!agent(i64::MIN, None).silent_at(i64::MIN, 0));
+        assert!(agent(i64::MIN, None).silent_at(i64::MAX, i64::MAX - 1));
+    }
 }

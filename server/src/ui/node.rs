@@ -55,7 +55,10 @@ async fn build(state: &AppState, req: &HttpRequest) -> Result<NodePage, UiError>
     let incarnations = mine
         .iter()
         .map(|a| {
-            let health = a.health.clone().unwrap_or_default();
+            let health = a
+                .health_at(ctx.now_ms, ctx.silence_ms)
+                .unwrap_or_default()
+                .to_owned();
             IncarnationView {
                 incarnation: a.incarnation as u64,
                 meta_node: a.meta_node.clone().unwrap_or_default(),

@@ -9,14 +9,12 @@ use troupe_web::pages::{
 
 use super::page::{self, Context, UiError};
 use crate::state::AppState;
-use crate::store::{AgentRow, ClusterRow, DeadLetterFilter, MemberRow, string_list};
+use crate::store::{AgentRow, ClusterRow, DeadLetterFilter, MemberRow, SILENT_HEALTH, string_list};
 
 /// Clusters shown at most (by name).
 const MAX_CLUSTERS: usize = 20;
 /// Events counted at most per cluster and hour (counting walks the time index).
 const COUNT_CAP: i64 = 20_000;
-/// An agent silent this long is marked stale.
-const STALE_MS: i64 = 60_000;
 
 #[derive(Debug, Default, Deserialize)]
 struct OverviewQuery {
@@ -31,9 +29,12 @@ pub(crate) fn member_view(
     agents: &[AgentRow],
 ) -> MemberView {
     let agent = agents.iter().find(|a| a.node == row.address);
-    // "" without an agent; an agent that has not reported its health yet is "unknown".
+    // "" without an agent; one that has not reported its health yet, or has gone silent, is
+    // "unknown".
     let health = agent.map_or_else(String::new, |a| {
-        a.health.clone().unwrap_or_else(|| "unknown".to_owned())
+        a.health_at(ctx.now_ms, ctx.silence_ms)
+            .unwrap_or(SILENT_HEALTH)
+            .to_owned()
     });
     MemberView {
         address: row.address.clone(),
@@ -52,7 +53,7 @@ pub(crate) fn member_view(
         health,
         last_report: agent.map(|a| TimeText::at(a.last_report_ms)),
         last_report_age: agent.map_or_else(String::new, |a| age(ctx.now_ms, a.last_report_ms)),
-        stale: agent.is_some_and(|a| ctx.now_ms - a.last_report_ms > STALE_MS),
+        stale: agent.is_some_and(|a| a.silent_at(ctx.now_ms, ctx.silence_ms)),
     }
 }
 
@@ -81,6 +82,7 @@ async fn cluster_view(
     // Links and node pages of this cluster.
     let ctx = Context {
         now_ms: ctx.now_ms,
+        silence_ms: ctx.silence_ms,
         names: Vec::new(),
         cluster: Some(cluster.clone()),
         clusters: Vec::new(),

@@ -51,6 +51,8 @@ impl UiError {
 pub(crate) struct Context {
     /// Now, epoch ms.
     pub(crate) now_ms: i64,
+    /// An agent silent for longer than this (ms) shows health `unknown` (`--agent-silence-ms`).
+    pub(crate) silence_ms: i64,
     /// Every cluster's name.
     pub(crate) names: Vec<String>,
     /// The cluster shown, if any has reported.
@@ -77,6 +79,7 @@ impl Context {
         };
         Ok(Self {
             now_ms: now_ms(),
+            silence_ms: state.config.agent_silence_limit_ms(),
             names: clusters.iter().map(|c| c.name.clone()).collect(),
             cluster,
             clusters,

@@ -103,9 +103,11 @@ impl Sim {
             address: address(index),
             incarnation: self.rng.random(),
         };
-        let mut settings = self.settings.clone();
-        settings.seeds = vec![address(0), address(1)];
-        settings.roles = roles.iter().map(|r| (*r).to_owned()).collect();
+        let settings = self
+            .settings
+            .clone()
+            .with_seeds([address(0), address(1)])
+            .with_roles(roles.iter().copied());
         let node = Node {
             membership: Some(Membership::new(
                 me.clone(),
@@ -191,11 +193,11 @@ impl Sim {
         let now = self.start + self.now;
         let (index, input) = match event {
             Event::GossipTick(i) => {
-                self.schedule(self.settings.gossip_interval, Event::GossipTick(i));
+                self.schedule(self.settings.gossip_interval(), Event::GossipTick(i));
                 (i, Input::GossipTick)
             }
             Event::HeartbeatTick(i) => {
-                self.schedule(self.settings.heartbeat_interval, Event::HeartbeatTick(i));
+                self.schedule(self.settings.heartbeat_interval(), Event::HeartbeatTick(i));
                 (i, Input::HeartbeatTick)
             }
             Event::Deliver { from, to, message } => {
@@ -503,7 +505,7 @@ fn a_killed_node_becomes_unreachable_everywhere_then_is_downed_and_removed() {
             .all(|&i| s.view(i).members.len() == 2 && s.view(i).converged)
     });
     let removed_after = sim.now - killed_at;
-    let down_after = settings().down_after.unwrap();
+    let down_after = settings().down_after().unwrap();
     assert!(
         removed_after >= down_after,
         "removed after {removed_after:?}, before down_after"
@@ -522,8 +524,7 @@ fn a_killed_node_becomes_unreachable_everywhere_then_is_downed_and_removed() {
 
 #[test]
 fn a_healed_partition_brings_member_reachable() {
-    let mut settings = settings();
-    settings.down_after = None;
+    let settings = settings().with_down_after(None);
     let mut sim = Sim::new(4, settings);
     for _ in 0..3 {
         sim.start_node(&[]);
@@ -552,8 +553,7 @@ fn a_healed_partition_brings_member_reachable() {
 
 #[test]
 fn an_asymmetric_partition_makes_the_member_unreachable_without_removing_it() {
-    let mut settings = settings();
-    settings.down_after = None;
+    let settings = settings().with_down_after(None);
     let mut sim = Sim::new(5, settings);
     for _ in 0..3 {
         sim.start_node(&[]);
@@ -775,9 +775,9 @@ fn a_member_that_leaves_or_is_asked_to_leave_departs_left() {
 
 /// Partition `a` from `b` for `down_after` and well beyond; then heal and run on.
 fn split(seed: u64, n: usize, a: &[usize], b: &[usize], downing: Downing) -> Sim {
-    let mut settings = settings();
-    settings.downing = downing;
-    settings.down_after = Some(Duration::from_secs(2));
+    let settings = settings()
+        .with_downing(downing)
+        .with_down_after(Some(Duration::from_secs(2)));
     let mut sim = Sim::new(seed, settings);
     for _ in 0..n {
         sim.start_node(&[]);
