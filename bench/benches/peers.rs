@@ -14,16 +14,23 @@
 //! itself a task on a worker), actix on its own `System`, ractor and kameo on the 2-worker
 //! multi-thread runtime. Like for like: every mailbox is unbounded (kameo's is chosen so; actix's
 //! `do_send` ignores its bound), every sender is a plain task that yields every 128 tells, and
-//! asks use each library's plain ask (Troupe's always arms its timeout; the peers' do not).
+//! asks use each library's plain ask (Troupe's always arms its 5 s timeout, in its deadline
+//! wheel; the peers' arm none).
 //!
+//! Each column (runtime configuration) runs in a child process of its own (this binary again,
+//! with `--child N`), so no runtime's threads, heap or allocator state carry into the next.
 //! Each figure is the median of 3 repetitions; each repetition of (a), (b) and (c) is sized by a
 //! short probe run to last about half a second. `--quick` (or `TROUPE_BENCH_QUICK=1`) runs one
-//! short repetition of everything with 10,000 actors in (d), as a smoke test. The table goes to
-//! stdout, progress (with the range of the repetitions) to stderr.
+//! short repetition of everything with 10,000 actors in (d), as a smoke test. `--only ask,spawn`
+//! runs only those workloads (of `ping-pong`, `fan-in`, `ask`, `spawn`) and `--runtimes
+//! mpsc,troupe,actix` only those columns (of `mpsc`, `troupe`, `actix`, `ractor`, `kameo`); the
+//! rest print as "-". The table goes to stdout, progress (with the range of the repetitions) to
+//! stderr.
 //!
 //! ```text
 //! CARGO_TARGET_DIR=/var/tmp/troupe-target-bench cargo bench -p troupe-bench --bench peers
 //! CARGO_TARGET_DIR=/var/tmp/troupe-target-bench cargo bench -p troupe-bench --bench peers -- --quick
+//! CARGO_TARGET_DIR=/var/tmp/troupe-target-bench cargo bench -p troupe-bench --bench peers -- --only ask --runtimes mpsc,troupe,actix
 //! ```
 
 use std::fmt::Write as _;
@@ -1329,6 +1336,8 @@ mod kameo_peer {
 #[derive(Debug, Clone, Copy)]
 struct Plan {
     quick: bool,
+    /// Which workloads run (`--only`); the others print as "-".
+    only: Workloads,
     reps: usize,
     /// Aim for about this long per repetition of (a), (b) and (c).
     target: Duration,
@@ -1337,10 +1346,11 @@ struct Plan {
 }
 
 impl Plan {
-    fn new(quick: bool) -> Self {
+    fn new(quick: bool, only: Workloads) -> Self {
         if quick {
             Self {
                 quick,
+                only,
                 reps: 1,
                 target: Duration::from_millis(30),
                 spawn_n: 10_000,
@@ -1348,6 +1358,7 @@ impl Plan {
         } else {
             Self {
                 quick,
+                only,
                 reps: 3,
                 target: Duration::from_millis(500),
                 spawn_n: 100_000,
@@ -1373,8 +1384,8 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
-/// The medians one runtime configuration produced.
-#[derive(Debug, Clone, Copy, Default)]
+/// The medians one runtime configuration produced (NaN for a workload that did not run).
+#[derive(Debug, Clone, Copy)]
 struct Figures {
     /// (a) round trips per second.
     ping_pong: f64,
@@ -1394,6 +1405,125 @@ struct Figures {
     allocs: f64,
 }
 
+impl Figures {
+    const NOT_RUN: Self = Self {
+        ping_pong: f64::NAN,
+        fan_in: f64::NAN,
+        ask_p50: f64::NAN,
+        ask_p99: f64::NAN,
+        spawn_rate: f64::NAN,
+        spawn_us: f64::NAN,
+        idle_bytes: f64::NAN,
+        allocs: f64::NAN,
+    };
+
+    fn to_array(self) -> [f64; 8] {
+        [
+            self.ping_pong,
+            self.fan_in,
+            self.ask_p50,
+            self.ask_p99,
+            self.spawn_rate,
+            self.spawn_us,
+            self.idle_bytes,
+            self.allocs,
+        ]
+    }
+
+    fn from_array(v: [f64; 8]) -> Self {
+        let [
+            ping_pong,
+            fan_in,
+            ask_p50,
+            ask_p99,
+            spawn_rate,
+            spawn_us,
+            idle_bytes,
+            allocs,
+        ] = v;
+        Self {
+            ping_pong,
+            fan_in,
+            ask_p50,
+            ask_p99,
+            spawn_rate,
+            spawn_us,
+            idle_bytes,
+            allocs,
+        }
+    }
+
+    /// The line a child process prints for its parent (exact: the bits of each `f64`).
+    fn to_line(self) -> String {
+        let bits: Vec<String> = self
+            .to_array()
+            .iter()
+            .map(|v| format!("{:016x}", v.to_bits()))
+            .collect();
+        format!("{CHILD_FIGURES} {}", bits.join(" "))
+    }
+
+    fn from_line(line: &str) -> Option<Self> {
+        let rest = line.strip_prefix(CHILD_FIGURES)?;
+        let values: Vec<f64> = rest
+            .split_whitespace()
+            .map(|word| u64::from_str_radix(word, 16).map(f64::from_bits))
+            .collect::<Result<_, _>>()
+            .ok()?;
+        Some(Self::from_array(values.try_into().ok()?))
+    }
+}
+
+/// What a child process prints before its figures.
+const CHILD_FIGURES: &str = "troupe-bench-figures:";
+
+/// One of the four workloads, for `--only`.
+#[derive(Debug, Clone, Copy)]
+enum Workload {
+    PingPong,
+    FanIn,
+    Ask,
+    Spawn,
+}
+
+impl Workload {
+    const ALL: [(&'static str, Workload); 4] = [
+        ("ping-pong", Workload::PingPong),
+        ("fan-in", Workload::FanIn),
+        ("ask", Workload::Ask),
+        ("spawn", Workload::Spawn),
+    ];
+}
+
+/// A set of workloads.
+#[derive(Debug, Clone, Copy)]
+struct Workloads(u8);
+
+impl Workloads {
+    const ALL: Self = Self(0b1111);
+
+    fn has(self, workload: Workload) -> bool {
+        self.0 & (1 << workload as u8) != 0
+    }
+
+    /// `ask,spawn` -> those two; an unknown name is an error naming the allowed ones.
+    fn parse(list: &str) -> Result<Self, String> {
+        let mut set = 0;
+        for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            let Some((_, workload)) = Workload::ALL.iter().find(|(known, _)| *known == name) else {
+                return Err(format!(
+                    "--only: unknown workload {name:?}; allowed: ping-pong, fan-in, ask, spawn (comma-separated)"
+                ));
+            };
+            set |= 1 << *workload as u8;
+        }
+        if set == 0 {
+            return Err("--only: name at least one of ping-pong, fan-in, ask, spawn".to_owned());
+        }
+        Ok(Self(set))
+    }
+}
+
 /// The repetitions of one figure, for the progress lines: "[min .. max]".
 fn spread(values: &[f64], show: fn(f64) -> String) -> String {
     let min = values.iter().copied().fold(f64::MAX, f64::min);
@@ -1405,86 +1535,93 @@ fn micros(value: f64) -> String {
     format!("{value:.2}")
 }
 
-/// Run all four workloads of module `$m` under `$plan`, printing each median with the range of
-/// its repetitions to stderr as it goes.
+/// Run the workloads of module `$m` that `$plan` selects, printing each median with the range
+/// of its repetitions to stderr as it goes.
 macro_rules! suite {
     ($label:expr, $m:ident, $plan:expr) => {
         async move {
             let label: &str = $label;
             let plan: Plan = $plan;
+            let mut figures = Figures::NOT_RUN;
 
-            let probe = $m::ping_pong(PROBE_ROUND_TRIPS).await;
-            let n = scale(PROBE_ROUND_TRIPS, probe, plan.target);
-            let mut rates = Vec::new();
-            for _ in 0..plan.reps {
-                rates.push(n as f64 / $m::ping_pong(n).await.as_secs_f64());
+            if plan.only.has(Workload::PingPong) {
+                let probe = $m::ping_pong(PROBE_ROUND_TRIPS).await;
+                let n = scale(PROBE_ROUND_TRIPS, probe, plan.target);
+                let mut rates = Vec::new();
+                for _ in 0..plan.reps {
+                    rates.push(n as f64 / $m::ping_pong(n).await.as_secs_f64());
+                }
+                let range = spread(&rates, si);
+                figures.ping_pong = median(rates);
+                eprintln!(
+                    "  {label:<11} (a) ping-pong  {n:>9} round trips: {}/s {range}",
+                    si(figures.ping_pong)
+                );
             }
-            let range = spread(&rates, si);
-            let ping_pong = median(rates);
-            eprintln!(
-                "  {label:<11} (a) ping-pong  {n:>9} round trips: {}/s {range}",
-                si(ping_pong)
-            );
 
-            let probe = $m::fan_in(PROBE_PER_SENDER).await;
-            let n = scale(PROBE_PER_SENDER, probe, plan.target);
-            let mut rates = Vec::new();
-            for _ in 0..plan.reps {
-                rates.push((n * SENDERS) as f64 / $m::fan_in(n).await.as_secs_f64());
+            if plan.only.has(Workload::FanIn) {
+                let probe = $m::fan_in(PROBE_PER_SENDER).await;
+                let n = scale(PROBE_PER_SENDER, probe, plan.target);
+                let mut rates = Vec::new();
+                for _ in 0..plan.reps {
+                    rates.push((n * SENDERS) as f64 / $m::fan_in(n).await.as_secs_f64());
+                }
+                let range = spread(&rates, si);
+                figures.fan_in = median(rates);
+                eprintln!(
+                    "  {label:<11} (b) fan-in     {:>9} messages:    {}/s {range}",
+                    n * SENDERS,
+                    si(figures.fan_in)
+                );
             }
-            let range = spread(&rates, si);
-            let fan_in = median(rates);
-            eprintln!(
-                "  {label:<11} (b) fan-in     {:>9} messages:    {}/s {range}",
-                n * SENDERS,
-                si(fan_in)
-            );
 
-            let probe_start = Instant::now();
-            let _ = $m::ask(PROBE_ASKS).await;
-            let probe = probe_start.elapsed();
-            let n = scale(PROBE_ASKS as u64, probe, plan.target) as usize;
-            let (mut p50s, mut p99s) = (Vec::new(), Vec::new());
-            for _ in 0..plan.reps {
-                let (p50, p99) = percentiles($m::ask(n).await);
-                p50s.push(p50);
-                p99s.push(p99);
+            if plan.only.has(Workload::Ask) {
+                let probe_start = Instant::now();
+                let _ = $m::ask(PROBE_ASKS).await;
+                let probe = probe_start.elapsed();
+                let n = scale(PROBE_ASKS as u64, probe, plan.target) as usize;
+                let (mut p50s, mut p99s) = (Vec::new(), Vec::new());
+                for _ in 0..plan.reps {
+                    let (p50, p99) = percentiles($m::ask(n).await);
+                    p50s.push(p50);
+                    p99s.push(p99);
+                }
+                let (p50_range, p99_range) = (spread(&p50s, micros), spread(&p99s, micros));
+                let (ask_p50, ask_p99) = (median(p50s), median(p99s));
+                figures.ask_p50 = ask_p50;
+                figures.ask_p99 = ask_p99;
+                eprintln!(
+                    "  {label:<11} (c) ask        {n:>9} asks:        p50 {ask_p50:.2} µs {p50_range}, p99 {ask_p99:.2} µs {p99_range}"
+                );
             }
-            let (p50_range, p99_range) = (spread(&p50s, micros), spread(&p99s, micros));
-            let (ask_p50, ask_p99) = (median(p50s), median(p99s));
-            eprintln!(
-                "  {label:<11} (c) ask        {n:>9} asks:        p50 {ask_p50:.2} µs {p50_range}, p99 {ask_p99:.2} µs {p99_range}"
-            );
 
-            let (mut rates, mut spawn_uss, mut bytes, mut allocs) =
-                (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-            for _ in 0..plan.reps {
-                let figures = $m::spawn_stop(plan.spawn_n).await;
-                let n = plan.spawn_n as f64;
-                rates.push(n / figures.elapsed.as_secs_f64());
-                spawn_uss.push(figures.to_started.as_secs_f64() * 1e6 / n);
-                bytes.push(figures.live_bytes as f64 / n);
-                allocs.push(figures.allocations as f64 / n);
+            if plan.only.has(Workload::Spawn) {
+                let (mut rates, mut spawn_uss, mut bytes, mut allocs) =
+                    (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+                for _ in 0..plan.reps {
+                    let one = $m::spawn_stop(plan.spawn_n).await;
+                    let n = plan.spawn_n as f64;
+                    rates.push(n / one.elapsed.as_secs_f64());
+                    spawn_uss.push(one.to_started.as_secs_f64() * 1e6 / n);
+                    bytes.push(one.live_bytes as f64 / n);
+                    allocs.push(one.allocations as f64 / n);
+                }
+                let range = spread(&rates, si);
+                figures.spawn_rate = median(rates);
+                figures.spawn_us = median(spawn_uss);
+                figures.idle_bytes = median(bytes);
+                figures.allocs = median(allocs);
+                eprintln!(
+                    "  {label:<11} (d) spawn+stop {:>9} actors:      {}/s {range}, spawn {:.2} µs, {:.0} B and {:.1} allocations per actor",
+                    plan.spawn_n,
+                    si(figures.spawn_rate),
+                    figures.spawn_us,
+                    figures.idle_bytes,
+                    figures.allocs
+                );
             }
-            let range = spread(&rates, si);
-            let (spawn_rate, spawn_us, idle_bytes, allocs) =
-                (median(rates), median(spawn_uss), median(bytes), median(allocs));
-            eprintln!(
-                "  {label:<11} (d) spawn+stop {:>9} actors:      {}/s {range}, spawn {spawn_us:.2} µs, {idle_bytes:.0} B and {allocs:.1} allocations per actor",
-                plan.spawn_n,
-                si(spawn_rate)
-            );
 
-            Figures {
-                ping_pong,
-                fan_in,
-                ask_p50,
-                ask_p99,
-                spawn_rate,
-                spawn_us,
-                idle_bytes,
-                allocs,
-            }
+            figures
         }
     };
 }
@@ -1634,12 +1771,28 @@ const ROW_SPAWN_US: usize = 6;
 const ROW_IDLE_BYTES: usize = 7;
 
 /// The better of some values for a row.
+/// NaN (not run) values are left out; NaN when none ran.
 fn best(better: Better, values: impl IntoIterator<Item = f64>) -> f64 {
-    let values = values.into_iter();
-    match better {
-        Better::Higher => values.fold(f64::MIN, f64::max),
-        Better::Lower => values.fold(f64::MAX, f64::min),
+    let values = values.into_iter().filter(|v| !v.is_nan());
+    let pick = match better {
+        Better::Higher => f64::max,
+        Better::Lower => f64::min,
+    };
+    values.reduce(pick).unwrap_or(f64::NAN)
+}
+
+/// A figure, or "-" when its workload or runtime did not run.
+fn shown(value: f64, show: fn(f64) -> String) -> String {
+    if value.is_nan() {
+        "-".to_owned()
+    } else {
+        show(value)
     }
+}
+
+/// A ratio as "1.23x", or "-".
+fn times(value: f64) -> String {
+    shown(value, |v| format!("{v:.2}x"))
 }
 
 /// Indices into the columns, in the order they are run and printed.
@@ -1727,13 +1880,19 @@ fn report(plan: &Plan, columns: &[Column], total: Duration) -> String {
     for row in &rows {
         let _ = write!(out, "| {:<name_width$} |", row.name);
         for column in columns {
-            let _ = write!(out, " {:>width$} |", (row.show)((row.get)(&column.figures)));
+            let _ = write!(
+                out,
+                " {:>width$} |",
+                shown((row.get)(&column.figures), row.show)
+            );
         }
         let r = ratios(row, columns);
         let _ = writeln!(
             out,
-            " {:>6.2}x | {:>9.2}x | {:>10.2}x |",
-            r.to_peer, r.to_floor_ct, r.to_floor_mt
+            " {:>7} | {:>10} | {:>11} |",
+            times(r.to_peer),
+            times(r.to_floor_ct),
+            times(r.to_floor_mt)
         );
     }
 
@@ -1743,8 +1902,11 @@ fn report(plan: &Plan, columns: &[Column], total: Duration) -> String {
     );
     let verdict = |pass: bool| if pass { "PASS" } else { "MISS" };
     let ratio = |index: usize| ratios(&rows[index], columns);
+    // A target whose figures did not run (`--only`, `--runtimes`) is left out.
     let mut line = |what: &str, figure: String, pass: bool| {
-        let _ = writeln!(out, "  {:<4}  {what:<46} {figure}", verdict(pass));
+        if !figure.contains("NaN") {
+            let _ = writeln!(out, "  {:<4}  {what:<46} {figure}", verdict(pass));
+        }
     };
     for (index, what) in [
         (ROW_PING_PONG, "(a) ping-pong >= 1.0x best peer"),
@@ -1797,51 +1959,188 @@ fn report(plan: &Plan, columns: &[Column], total: Duration) -> String {
     out
 }
 
-fn main() {
-    let quick = std::env::args().any(|arg| arg == "--quick")
+/// One column of the table: a runtime configuration, run in a child process of its own.
+struct Config {
+    title: &'static str,
+    /// Its name for `--runtimes`.
+    runtime: &'static str,
+    run: fn(Plan) -> Figures,
+}
+
+/// Every configuration, in the order of the column indices above.
+const CONFIGS: [Config; 7] = [
+    Config {
+        title: "mpsc mt2",
+        runtime: "mpsc",
+        run: |plan| on_multi_thread(suite!("mpsc mt2", floor, plan)),
+    },
+    Config {
+        title: "mpsc ct",
+        runtime: "mpsc",
+        run: |plan| on_current_thread(suite!("mpsc ct", floor, plan)),
+    },
+    Config {
+        title: "Troupe ct",
+        runtime: "troupe",
+        run: |plan| on_current_thread(suite!("Troupe ct", troupe_peer, plan)),
+    },
+    Config {
+        title: "Troupe mt2",
+        runtime: "troupe",
+        run: |plan| on_multi_thread(suite!("Troupe mt2", troupe_peer, plan)),
+    },
+    Config {
+        title: "actix",
+        runtime: "actix",
+        run: |plan| {
+            let system = actix::System::new();
+            let figures = system.block_on(suite!("actix", actix_peer, plan));
+            drop(system);
+            figures
+        },
+    },
+    Config {
+        title: "ractor mt2",
+        runtime: "ractor",
+        run: |plan| on_multi_thread(suite!("ractor mt2", ractor_peer, plan)),
+    },
+    Config {
+        title: "kameo mt2",
+        runtime: "kameo",
+        run: |plan| on_multi_thread(suite!("kameo mt2", kameo_peer, plan)),
+    },
+];
+
+/// The command line: `--quick`, `--only ask,spawn`, `--runtimes mpsc,troupe,actix`, and the
+/// internal `--child N`. Other arguments (cargo passes `--bench`) are ignored.
+struct Args {
+    quick: bool,
+    only: Workloads,
+    runtimes: Option<Vec<String>>,
+    child: Option<usize>,
+}
+
+fn value_of(args: &[String], flag: &str) -> Option<String> {
+    args.iter().enumerate().find_map(|(i, arg)| {
+        if arg == flag {
+            args.get(i + 1).cloned()
+        } else {
+            arg.strip_prefix(flag)
+                .and_then(|rest| rest.strip_prefix('='))
+                .map(str::to_owned)
+        }
+    })
+}
+
+fn parse_args(args: &[String]) -> Result<Args, String> {
+    let quick = args.iter().any(|arg| arg == "--quick")
         || std::env::var("TROUPE_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
-    let plan = Plan::new(quick);
+    let only = match value_of(args, "--only") {
+        Some(list) => Workloads::parse(&list)?,
+        None => Workloads::ALL,
+    };
+    let runtimes = match value_of(args, "--runtimes") {
+        Some(list) => {
+            let names: Vec<String> = list
+                .split(',')
+                .map(|n| n.trim().to_owned())
+                .filter(|n| !n.is_empty())
+                .collect();
+            if let Some(bad) = names
+                .iter()
+                .find(|n| !CONFIGS.iter().any(|c| c.runtime == n.as_str()))
+            {
+                return Err(format!(
+                    "--runtimes: unknown runtime {bad:?}; allowed: mpsc, troupe, actix, ractor, kameo (comma-separated)"
+                ));
+            }
+            if names.is_empty() {
+                return Err("--runtimes: name at least one runtime".to_owned());
+            }
+            Some(names)
+        }
+        None => None,
+    };
+    let child = match value_of(args, "--child") {
+        Some(index) => Some(
+            index
+                .parse::<usize>()
+                .ok()
+                .filter(|i| *i < CONFIGS.len())
+                .ok_or_else(|| {
+                    format!(
+                        "--child: {index:?} is not a column index below {}",
+                        CONFIGS.len()
+                    )
+                })?,
+        ),
+        None => None,
+    };
+    Ok(Args {
+        quick,
+        only,
+        runtimes,
+        child,
+    })
+}
+
+/// Run column `index` in a child process (this same binary with `--child index`), so no
+/// runtime's heap, threads or allocator state carries over into the next one's figures.
+fn run_in_child(index: usize, args: &[String]) -> Figures {
+    let exe = std::env::current_exe().expect("the bench knows its own path");
+    let output = std::process::Command::new(exe)
+        .args(args)
+        .arg("--child")
+        .arg(index.to_string())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("start the child process");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    match stdout.lines().find_map(Figures::from_line) {
+        Some(figures) if output.status.success() => figures,
+        _ => panic!(
+            "{} did not report its figures ({}); stdout: {stdout}",
+            CONFIGS[index].title, output.status
+        ),
+    }
+}
+
+fn main() {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let args = match parse_args(&argv) {
+        Ok(args) => args,
+        Err(error) => {
+            eprintln!("troupe-bench peers: {error}");
+            std::process::exit(2);
+        }
+    };
+    let plan = Plan::new(args.quick, args.only);
+    if let Some(index) = args.child {
+        let figures = (CONFIGS[index].run)(plan);
+        println!("{}", figures.to_line());
+        return;
+    }
     let began = Instant::now();
     eprintln!("troupe-bench peers: {plan:?}");
-
-    let mut columns = Vec::new();
-    eprintln!("mpsc floor, tokio multi-thread (2 workers)");
-    columns.push(Column {
-        title: "mpsc mt2",
-        figures: on_multi_thread(suite!("mpsc mt2", floor, plan)),
-    });
-    eprintln!("mpsc floor, tokio current_thread");
-    columns.push(Column {
-        title: "mpsc ct",
-        figures: on_current_thread(suite!("mpsc ct", floor, plan)),
-    });
-    eprintln!("Troupe, tokio current_thread");
-    columns.push(Column {
-        title: "Troupe ct",
-        figures: on_current_thread(suite!("Troupe ct", troupe_peer, plan)),
-    });
-    eprintln!("Troupe, tokio multi-thread (2 workers)");
-    columns.push(Column {
-        title: "Troupe mt2",
-        figures: on_multi_thread(suite!("Troupe mt2", troupe_peer, plan)),
-    });
-    eprintln!("actix 0.13, actix System");
-    let system = actix::System::new();
-    columns.push(Column {
-        title: "actix",
-        figures: system.block_on(suite!("actix", actix_peer, plan)),
-    });
-    drop(system);
-    eprintln!("ractor, tokio multi-thread (2 workers)");
-    columns.push(Column {
-        title: "ractor mt2",
-        figures: on_multi_thread(suite!("ractor mt2", ractor_peer, plan)),
-    });
-    eprintln!("kameo, tokio multi-thread (2 workers)");
-    columns.push(Column {
-        title: "kameo mt2",
-        figures: on_multi_thread(suite!("kameo mt2", kameo_peer, plan)),
-    });
-
+    let columns: Vec<Column> = CONFIGS
+        .iter()
+        .enumerate()
+        .map(|(index, config)| {
+            let selected = args
+                .runtimes
+                .as_ref()
+                .is_none_or(|names| names.iter().any(|n| n == config.runtime));
+            let figures = if selected {
+                eprintln!("{} (child process)", config.title);
+                run_in_child(index, &argv)
+            } else {
+                Figures::NOT_RUN
+            };
+            Column {
+                title: config.title,
+                figures,
+            }
+        })
+        .collect();
     print!("{}", report(&plan, &columns, began.elapsed()));
 }

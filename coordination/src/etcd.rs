@@ -393,7 +393,7 @@ impl LeaseStore for EtcdLeaseStore {
         match tokio::time::timeout(self.timeout, client.lease_revoke(grant.id)).await {
             Ok(Ok(_)) => Ok(()),
             // Already expired or revoked: the grant has ended either way.
-            Ok(Err(e)) if e.to_string().contains("lease not found") => Ok(()),
+            Ok(Err(e)) if is_lease_not_found(&e) => Ok(()),
             Ok(Err(e)) => Err(unavailable(name, "etcd lease revoke", e)),
             Err(_) => Err(unavailable(
                 name,
@@ -402,6 +402,12 @@ impl LeaseStore for EtcdLeaseStore {
             )),
         }
     }
+}
+
+/// Whether etcd answered that the etcd lease does not exist (expired or revoked): gRPC status
+/// `NOT_FOUND`, which etcd sends for `ErrLeaseNotFound` and nothing else a revoke can meet.
+fn is_lease_not_found(error: &etcd_client::Error) -> bool {
+    matches!(error, etcd_client::Error::GRpcStatus(status) if status.code() == tonic::Code::NotFound)
 }
 
 /// The actor directory on etcd; see the module header for the layout.

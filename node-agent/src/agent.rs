@@ -321,6 +321,12 @@ impl AgentBuilder {
                     meta: troupe_protocol::AgentMeta {
                         node: config.node_name.clone(),
                     },
+                    // Never the secret: a keyed hash of it, so that the server keeps a cluster
+                    // of the same name with another secret apart.
+                    cluster_identity: Some(crate::cluster_identity::derive(
+                        &config.system,
+                        config.secret.as_bytes(),
+                    )),
                 };
                 let shipper = reporter::shipper::Shipper::with_client(
                     client,

@@ -11,6 +11,7 @@
 
 pub mod agent;
 pub mod backends;
+pub mod cluster_identity;
 pub mod config;
 pub mod demo;
 pub mod eviction;

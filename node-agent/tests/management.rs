@@ -469,6 +469,7 @@ async fn dropped_items_are_counted_by_kind_while_the_control_plane_is_away() {
         node: format!("127.0.0.1:{port}"),
         incarnation: 1,
         meta: troupe_protocol::AgentMeta::default(),
+        cluster_identity: None,
     };
     let shipper = reporter::shipper::Shipper::new(
         &format!("http://127.0.0.1:{}", free_port()),

@@ -38,7 +38,10 @@ pub use dead_letter::DeadLetterEvent;
 pub use directory::HostEviction;
 pub use event::{Event, EventBody, EventCategory, EventKind, UnknownEventKind};
 pub use health::{AgentHealth, HealthChange};
-pub use identity::{AgentIdentity, AgentMeta};
+pub use identity::{
+    AgentIdentity, AgentMeta, CLUSTER_IDENTITY_LABEL, CLUSTER_KEY_FINGERPRINT,
+    CLUSTER_KEY_SEPARATOR, cluster_key, valid_cluster_identity,
+};
 pub use membership::{LeaderChange, MemberChange, MemberInfo, MemberStatus};
 pub use report::{
     DepthSample, DepthTick, DroppedCounts, IngestAck, MemberOperation, OperationKind, ReportBatch,

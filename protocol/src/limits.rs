@@ -340,6 +340,7 @@ mod tests {
                 node: "127.0.0.1:2551".to_owned(),
                 incarnation: 1,
                 meta: AgentMeta::default(),
+                cluster_identity: None,
             },
             sequence: 1,
             sent_at_ms: 0,

@@ -194,6 +194,7 @@ fn report_batch_round_trips_with_pinned_field_names() {
             meta: AgentMeta {
                 node: Some("k8s-node-1".into()),
             },
+            cluster_identity: Some("ab".repeat(32)),
         },
         sequence: 3,
         sent_at_ms: 1_700_000_000_000,
@@ -217,7 +218,8 @@ fn report_batch_round_trips_with_pinned_field_names() {
     let json = serde_json::to_value(&batch).unwrap();
     assert_eq!(
         json["identity"],
-        json!({"cluster": "app", "node": "10.0.0.1:2552", "incarnation": "7", "meta": {"node": "k8s-node-1"}})
+        json!({"cluster": "app", "node": "10.0.0.1:2552", "incarnation": "7", "meta": {"node": "k8s-node-1"},
+            "cluster_identity": "ab".repeat(32)})
     );
     assert_eq!(json["sequence"], "3");
     assert_eq!(json["dropped"]["depth_samples"], "4");
@@ -235,6 +237,9 @@ fn minimal_batch_defaults_lists_meta_and_dropped_counts() {
     assert!(batch.events.is_empty() && batch.depth_samples.is_empty());
     assert_eq!(batch.dropped.total(), 0);
     assert_eq!(batch.identity.meta.node, None);
+    // Agents before the cluster identity send none: the cluster is keyed by its name alone.
+    assert_eq!(batch.identity.cluster_identity, None);
+    assert_eq!(batch.identity.cluster_key(), "c");
 }
 
 #[test]

@@ -77,7 +77,7 @@ pub use troupe_lease::lease;
 pub use actor::{Actor, ActorError, Failure};
 pub use actor_ref::{ActorRef, AnyActorRef, SendError};
 pub use address::{Address, AddressError, UniqueAddress};
-pub use ask::{AskError, AskRequest, DEFAULT_ASK_TIMEOUT, ReplyTo};
+pub use ask::{AskError, AskFuture, AskRequest, DEFAULT_ASK_TIMEOUT, ReplyTo};
 pub use cell::ActorId;
 pub use context::{Context, TimerHandle, Watchable};
 pub use dead_letter::{DeadLetter, DeadLetterReason, DeadLetters};

@@ -19,6 +19,7 @@ use tokio::sync::Notify;
 
 use crate::actor::{Actor, ActorError};
 use crate::actor_ref::{ActorRef, AnyActorRef};
+use crate::ask::deadlines::AskDeadlines;
 use crate::cell::{AnyCell, Cell, SystemMsg};
 use crate::context::Context;
 use crate::dead_letter::{DeadLetter, DeadLetterReason, DeadLetters};
@@ -41,6 +42,8 @@ pub(crate) struct SystemShared {
     pub(crate) events: EventStream,
     pub(crate) dead_letters: DeadLetters,
     pub(crate) runtime: tokio::runtime::Handle,
+    /// The deadlines of this system's pending asks.
+    pub(crate) ask_deadlines: Arc<AskDeadlines>,
     guardians: Mutex<Option<Guardians>>,
     /// The layers built on this system (remoting), each installed once.
     pub(crate) extensions: Extensions,
@@ -181,6 +184,7 @@ impl ActorSystem {
             name,
             dead_letters: DeadLetters::new(events.clone()),
             events,
+            ask_deadlines: AskDeadlines::new(runtime.clone()),
             runtime,
             guardians: Mutex::new(None),
             extensions: Extensions::default(),

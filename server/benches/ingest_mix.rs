@@ -336,6 +336,7 @@ fn run(args: &Args, agents: usize, seconds: u64, copy_seconds: u64) -> RunResult
                             node: node(agent),
                             incarnation: 1,
                             meta: Default::default(),
+                            cluster_identity: None,
                         },
                         sequence,
                         sent_at_ms: at,

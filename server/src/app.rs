@@ -35,6 +35,9 @@ const RETENTION_CHUNK: i64 = 5_000;
 /// Why the server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
+    /// A setting is unusable (the message names it).
+    #[error("{0}")]
+    Config(String),
     /// The store could not be opened or migrated.
     #[error("opening the store failed: {0}")]
     Store(#[from] StoreError),
@@ -127,7 +130,10 @@ impl std::fmt::Debug for App {
 
 impl App {
     /// Opens the store (applying migrations), binds the listen address and prepares the server.
-    pub async fn build(config: Config) -> Result<Self, AppError> {
+    pub async fn build(mut config: Config) -> Result<Self, AppError> {
+        config
+            .load_cluster_tokens_file()
+            .map_err(AppError::Config)?;
         let viewer = Arc::new(ViewerAccess::from_config(&config)?);
         let store = match &config.database_url {
             Some(url) => {

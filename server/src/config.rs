@@ -70,10 +70,29 @@ pub struct Config {
     #[arg(long, env = "TROUPE_DB_ACQUIRE_TIMEOUT_MS", default_value_t = 5_000)]
     pub db_acquire_timeout_ms: u64,
 
-    /// Bearer token agents must send to the ingest endpoint. When unset, the server makes up
-    /// a random one at start and logs it (fine for a laptop, not for production).
+    /// Bearer token agents must send to the ingest endpoint; it admits batches of every
+    /// cluster. When unset and no --cluster-ingest-token is given, the server makes up a random
+    /// one at start and logs it (fine for a laptop, not for production).
     #[arg(long, env = "TROUPE_INGEST_TOKEN", hide_env_values = true)]
     pub ingest_token: Option<String>,
+
+    /// Ingest token scoped to one cluster, `NAME=TOKEN` (repeatable; the variable takes a
+    /// comma-separated list): a batch sent with it is stored only when it reports cluster
+    /// NAME, any other is refused with 403. The global --ingest-token, when set, still admits
+    /// every cluster.
+    #[arg(
+        long = "cluster-ingest-token",
+        env = "TROUPE_CLUSTER_INGEST_TOKENS",
+        value_name = "NAME=TOKEN",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub cluster_ingest_tokens: Vec<ClusterToken>,
+
+    /// File of cluster-scoped ingest tokens, one `NAME=TOKEN` per line (blank lines and lines
+    /// starting with `#` ignored), as --cluster-ingest-token; read once at start.
+    #[arg(long, env = "TROUPE_CLUSTER_INGEST_TOKENS_FILE", value_name = "PATH")]
+    pub cluster_ingest_tokens_file: Option<PathBuf>,
 
     /// Bearer token for member operations (leave, down). Without it they are refused.
     #[arg(long, env = "TROUPE_ADMIN_TOKEN", hide_env_values = true)]
@@ -194,7 +213,94 @@ pub struct Config {
     pub log_filter: String,
 }
 
+/// An ingest token that admits one cluster's batches only (`NAME=TOKEN`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClusterToken {
+    /// The cluster (actor system) name it admits.
+    pub cluster: String,
+    /// The bearer token.
+    pub token: String,
+}
+
+impl std::fmt::Debug for ClusterToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the token itself.
+        write!(f, "ClusterToken({}=…)", self.cluster)
+    }
+}
+
+impl std::str::FromStr for ClusterToken {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let Some((cluster, token)) = text.split_once('=') else {
+            return Err(
+                "expected NAME=TOKEN (a cluster name, `=`, its ingest token); found no `=`"
+                    .to_owned(),
+            );
+        };
+        let (cluster, token) = (cluster.trim(), token.trim());
+        if cluster.is_empty() || token.is_empty() {
+            return Err(format!(
+                "expected NAME=TOKEN with neither part empty; got a {} cluster name and a {} token",
+                if cluster.is_empty() {
+                    "empty"
+                } else {
+                    "non-empty"
+                },
+                if token.is_empty() {
+                    "empty"
+                } else {
+                    "non-empty"
+                },
+            ));
+        }
+        if cluster.len() > troupe_protocol::limits::CLUSTER_NAME_MAX
+            || cluster.contains(troupe_protocol::CLUSTER_KEY_SEPARATOR)
+        {
+            return Err(format!(
+                "cluster name `{cluster}` cannot report: at most {} bytes, no `{}`",
+                troupe_protocol::limits::CLUSTER_NAME_MAX,
+                troupe_protocol::CLUSTER_KEY_SEPARATOR
+            ));
+        }
+        Ok(Self {
+            cluster: cluster.to_owned(),
+            token: token.to_owned(),
+        })
+    }
+}
+
+/// Parses the lines of a cluster-token file (see `--cluster-ingest-tokens-file`); errors name
+/// the line.
+pub fn parse_cluster_tokens(text: &str) -> Result<Vec<ClusterToken>, String> {
+    text.lines()
+        .enumerate()
+        .map(|(i, line)| (i + 1, line.trim()))
+        .filter(|(_, line)| !line.is_empty() && !line.starts_with('#'))
+        .map(|(number, line)| line.parse().map_err(|e| format!("line {number}: {e}")))
+        .collect()
+}
+
 impl Config {
+    /// Adds the tokens of `--cluster-ingest-tokens-file`, when given, to
+    /// `cluster_ingest_tokens`.
+    ///
+    /// # Errors
+    /// The file cannot be read or a line is not `NAME=TOKEN` (the message names the file and
+    /// the line).
+    pub fn load_cluster_tokens_file(&mut self) -> Result<(), String> {
+        let Some(path) = &self.cluster_ingest_tokens_file else {
+            return Ok(());
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("--cluster-ingest-tokens-file {}: {e}", path.display()))?;
+        let tokens = parse_cluster_tokens(&text)
+            .map_err(|e| format!("--cluster-ingest-tokens-file {}: {e}", path.display()))?;
+        self.cluster_ingest_tokens.extend(tokens);
+        Ok(())
+    }
+
     /// The defaults, ignoring the command line and the environment: for tests and embedding.
     #[must_use]
     pub fn defaults() -> Self {
@@ -207,6 +313,8 @@ impl Config {
             db_max_connections: 8,
             db_acquire_timeout_ms: 5_000,
             ingest_token: None,
+            cluster_ingest_tokens: Vec::new(),
+            cluster_ingest_tokens_file: None,
             admin_token: None,
             viewer_token: None,
             trusted_proxy_header: None,

@@ -38,6 +38,10 @@ pub enum ApiError {
     /// The route exists but is switched off.
     #[error("{0}")]
     Forbidden(&'static str),
+    /// The credential does not cover what the request touches (an ingest token scoped to
+    /// another cluster); the message names both.
+    #[error("{0}")]
+    ForbiddenCluster(String),
     /// No such cluster, member, singleton or router.
     #[error("{0}")]
     NotFound(String),
@@ -93,7 +97,7 @@ impl ResponseError for ApiError {
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::Forbidden(_) => StatusCode::FORBIDDEN,
+            Self::Forbidden(_) | Self::ForbiddenCluster(_) => StatusCode::FORBIDDEN,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::Conflict(_) => StatusCode::CONFLICT,
             Self::Gone(_) => StatusCode::GONE,

@@ -107,14 +107,14 @@ impl FromStr for Cursor {
 pub enum FeedItem {
     /// An event (not a dead letter).
     Event {
-        /// Its cluster's name.
+        /// Its cluster's key.
         cluster: Arc<str>,
         /// The row.
         row: EventRow,
     },
     /// A dead letter.
     DeadLetter {
-        /// Its cluster's name.
+        /// Its cluster's key.
         cluster: Arc<str>,
         /// The row.
         row: StreamDeadLetterRow,
@@ -131,7 +131,7 @@ impl FeedItem {
         }
     }
 
-    /// Its cluster's name.
+    /// Its cluster's key.
     #[must_use]
     pub fn cluster(&self) -> &str {
         match self {
@@ -143,7 +143,7 @@ impl FeedItem {
 /// Which clusters a feed covers.
 #[derive(Debug, Clone)]
 pub enum Scope {
-    /// One cluster: its id and name.
+    /// One cluster: its id and key.
     One(i64, Arc<str>),
     /// Every cluster, also those that report later.
     All,
@@ -217,7 +217,7 @@ impl Feed {
                 for cluster in self.store.clusters().await? {
                     self.names
                         .entry(cluster.id)
-                        .or_insert_with(|| Arc::from(cluster.name.as_str()));
+                        .or_insert_with(|| Arc::from(cluster.cluster_key.as_str()));
                 }
             }
         }

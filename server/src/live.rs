@@ -1,6 +1,6 @@
 //! The live hub: wakes the open streams of a cluster when one of its batches is stored.
 //!
-//! It carries no events, only the name of the cluster that has new ones: streams read what
+//! It carries no events, only the key of the cluster that has new ones: streams read what
 //! is new from the store ([`crate::feed`]), so what they send is what is stored, in stored
 //! order, and a stream that resumes gets the same events from the same place. Ingest never
 //! waits for a stream: a stream that misses wake-ups (the channel's capacity behind) just
@@ -32,7 +32,7 @@ impl LiveHub {
         }
     }
 
-    /// A new subscription to wake-ups (cluster names) sent from now on.
+    /// A new subscription to wake-ups (cluster keys) sent from now on.
     #[must_use]
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<str>> {
         self.sender.subscribe()
@@ -44,6 +44,6 @@ impl LiveHub {
         if batch.events.is_empty() || self.sender.receiver_count() == 0 {
             return;
         }
-        let _ = self.sender.send(Arc::from(batch.identity.cluster.as_str()));
+        let _ = self.sender.send(Arc::from(batch.identity.cluster_key()));
     }
 }

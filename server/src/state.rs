@@ -40,12 +40,20 @@ impl AppState {
     /// State over `store`; the returned trigger ends live streams.
     #[must_use]
     pub fn new(config: Config, store: Store) -> (Self, ShutdownTrigger) {
-        let ingest_token = config.ingest_token.clone().unwrap_or_else(random_token);
+        // A random global token only when no token at all is configured.
+        let ingest_token = config
+            .ingest_token
+            .clone()
+            .or_else(|| config.cluster_ingest_tokens.is_empty().then(random_token));
         let (sender, receiver) = watch::channel(false);
         let state = Self {
             store: store.with_max_clock_skew_ms(config.max_clock_skew_ms),
-            tokens: Tokens::new(ingest_token, config.admin_token.clone())
-                .with_coordination(config.coordination_token.clone()),
+            tokens: Tokens::for_ingest(
+                ingest_token,
+                config.cluster_ingest_tokens.clone(),
+                config.admin_token.clone(),
+            )
+            .with_coordination(config.coordination_token.clone()),
             metrics: Arc::new(Metrics::new(config.agent_series_ttl())),
             config: Arc::new(config),
             live: LiveHub::default(),

@@ -98,8 +98,8 @@ pub struct Store {
     max_clock_skew_ms: i64,
     /// The single SQLite writer (none on PostgreSQL).
     sqlite_writer: Option<sqlite::Writer>,
-    /// Ids of clusters known to exist (clusters are never deleted).
-    cluster_ids: Arc<Mutex<HashMap<String, i64>>>,
+    /// Ids and identities of clusters known to exist, by key (clusters are never deleted).
+    cluster_ids: Arc<Mutex<HashMap<String, (i64, String)>>>,
 }
 
 /// Filters for [`Store::events`].
@@ -274,11 +274,13 @@ impl Store {
         received_ms: i64,
     ) -> Result<IngestOutcome, StoreError> {
         let batch = &*self.clamp_times(batch, received_ms);
-        let known = self
-            .cluster_ids
-            .lock()
-            .ok()
-            .and_then(|ids| ids.get(&batch.identity.cluster).copied());
+        let key = batch.identity.cluster_key();
+        let identity = batch.identity.cluster_identity.as_deref().unwrap_or("");
+        let known = self.cluster_ids.lock().ok().and_then(|ids| {
+            ids.get(&key)
+                .filter(|(_, known_identity)| known_identity == identity)
+                .map(|(id, _)| *id)
+        });
         let (outcome, cluster_id) = match &self.backend {
             Backend::Postgres(pool) => postgres::ingest(pool, batch, received_ms, known).await?,
             Backend::Sqlite(_) => match &self.sqlite_writer {
@@ -290,7 +292,7 @@ impl Store {
         if known.is_none()
             && let Ok(mut ids) = self.cluster_ids.lock()
         {
-            ids.insert(batch.identity.cluster.clone(), cluster_id);
+            ids.insert(key, (cluster_id, identity.to_owned()));
         }
         Ok(outcome)
     }
@@ -302,11 +304,19 @@ impl Store {
             .await?))
     }
 
-    /// The cluster named `name`.
-    pub async fn cluster(&self, name: &str) -> Result<Option<ClusterRow>, StoreError> {
+    /// The cluster with key `key` (see [`ClusterRow::cluster_key`]).
+    pub async fn cluster(&self, key: &str) -> Result<Option<ClusterRow>, StoreError> {
         Ok(with_pool!(self, |pool| sqlx::query_as(sql::CLUSTER)
-            .bind(name)
+            .bind(key)
             .fetch_optional(pool)
+            .await?))
+    }
+
+    /// The clusters named `name`, one per identity, by key.
+    pub async fn clusters_named(&self, name: &str) -> Result<Vec<ClusterRow>, StoreError> {
+        Ok(with_pool!(self, |pool| sqlx::query_as(sql::CLUSTERS_NAMED)
+            .bind(name)
+            .fetch_all(pool)
             .await?))
     }
 
@@ -340,18 +350,15 @@ impl Store {
     }
 
     /// A cluster's members, leader and stream position, all read from one snapshot of the
-    /// database; `None` when no cluster of that name has reported.
-    pub async fn cluster_snapshot(
-        &self,
-        name: &str,
-    ) -> Result<Option<ClusterSnapshot>, StoreError> {
+    /// database; `None` when no cluster with key `key` has reported.
+    pub async fn cluster_snapshot(&self, key: &str) -> Result<Option<ClusterSnapshot>, StoreError> {
         Ok(with_pool!(self, |pool| {
             let mut tx = pool.begin().await?;
             if self.backend() == BackendKind::Postgres {
                 sqlx::query(sql::REPEATABLE_READ).execute(&mut *tx).await?;
             }
             let cluster: Option<ClusterRow> = sqlx::query_as(sql::CLUSTER)
-                .bind(name)
+                .bind(key)
                 .fetch_optional(&mut *tx)
                 .await?;
             let snapshot = match cluster {

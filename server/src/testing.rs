@@ -205,6 +205,7 @@ impl BatchBuilder {
                     node: node.to_owned(),
                     incarnation: 1,
                     meta: AgentMeta::default(),
+                    cluster_identity: None,
                 },
                 sequence,
                 sent_at_ms: 0,
@@ -218,6 +219,12 @@ impl BatchBuilder {
     /// Sets the incarnation.
     pub fn incarnation(mut self, incarnation: u64) -> Self {
         self.batch.identity.incarnation = incarnation;
+        self
+    }
+
+    /// Sets the cluster identity (see [`AgentIdentity::cluster_identity`]).
+    pub fn cluster_identity(mut self, identity: &str) -> Self {
+        self.batch.identity.cluster_identity = Some(identity.to_owned());
         self
     }
 

@@ -294,11 +294,68 @@ def test_the_example_application_pod_is_a_troupe_host(example_chart):
     ({"membership": {"ttlMs": 6000, "renewMs": 2500}}, "at most a third of membership.ttlMs"),
     ({"shutdown": {"terminationGracePeriodSeconds": 30}},
      "shutdown.terminationGracePeriodSeconds is 30 but must be above"),
+    ({"controlPlane": {"tls": {"ca": {"secretName": "tls"}}}},
+     'controlPlane.tls.ca is set but controlPlane.url is "http://troupe-server:8080"'),
+    ({"controlPlane": {"url": "", "tls": {"ca": {"configMapName": "bundle"}}}},
+     'controlPlane.tls.ca is set but controlPlane.url is ""'),
+    ({"controlPlane": {"url": "https://cp:8443",
+                       "tls": {"ca": {"secretName": "tls", "configMapName": "bundle"}}}},
+     "controlPlane.tls.ca.secretName (tls) and controlPlane.tls.ca.configMapName (bundle) are both set"),
 ])
 def test_contradictory_agent_values_are_refused_saying_what_is_allowed(bad, says):
     with pytest.raises(helm.HelmError) as refused:
         render(AGENT, bad)
     assert says in str(refused.value), str(refused.value)
+
+
+def control_plane_ca(pod):
+    """(the CA variable, the container's mounts, the pod's volumes) of an agent pod."""
+    container = host_container(pod)
+    return (env_of(container).get("TROUPE_CONTROL_PLANE_CA"), container.get("volumeMounts", []),
+            pod.get("volumes", []))
+
+
+@pytest.mark.parametrize("source, expected", [
+    ({"secretName": "troupe-server-tls"}, {"secret": {
+        "secretName": "troupe-server-tls", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}),
+    ({"configMapName": "trust-bundle", "key": "bundle.pem"}, {"configMap": {
+        "name": "trust-bundle", "items": [{"key": "bundle.pem", "path": "ca.crt"}]}}),
+])
+def test_a_control_plane_ca_is_mounted_and_passed_as_the_agent_flag(source, expected):
+    values = {"controlPlane": {"url": "https://troupe-server:8443", "tls": {"ca": source}}}
+    objs = objects(render(AGENT, values))
+    pod = one(objs, "Deployment")["spec"]["template"]["spec"]
+    variable, mounts, volumes = control_plane_ca(pod)
+    assert mounts == [{"name": "control-plane-ca", "mountPath": "/etc/troupe/control-plane-ca",
+                       "readOnly": True}]
+    assert volumes == [{"name": "control-plane-ca", **expected}]
+    assert variable == {"name": "TROUPE_CONTROL_PLANE_CA",
+                        "value": "/etc/troupe/control-plane-ca/ca.crt"}
+    env = env_of(host_container(pod))
+    assert env["TROUPE_CONTROL_PLANE_URL"]["value"] == "https://troupe-server:8443"
+    for obj in objs:
+        if obj["kind"] not in CUSTOM_KINDS:
+            kubernetes_validate.validate(strip(obj), KUBE_VERSIONS[0], strict=True)
+    # The variable is the agent's own (its clap argument for --control-plane-ca).
+    config = (Path(__file__).resolve().parents[2] / "node-agent" / "src" / "config.rs").read_text()
+    assert 'env = "TROUPE_CONTROL_PLANE_CA"' in config
+
+
+@pytest.mark.parametrize("values", [{}, {"controlPlane": {"url": "https://troupe-server:8443"}}],
+                         ids=["http", "https-public-roots"])
+def test_without_a_control_plane_ca_nothing_is_mounted(values):
+    _, pod = agent_pod(objects(render(AGENT, values)))
+    assert control_plane_ca(pod) == (None, [], [])
+
+
+def test_the_application_pod_gets_the_ca_through_the_host_templates(example_chart):
+    values = {"troupe-agent": {"controlPlane": {
+        "url": "https://troupe-server:8443", "tls": {"ca": {"secretName": "troupe-server-tls"}}}}}
+    objs = objects(render(example_chart, values, name="shop", namespace="troupe"))
+    pod = one(objs, "Deployment")["spec"]["template"]["spec"]
+    variable, mounts, volumes = control_plane_ca(pod)
+    assert variable["value"] == "/etc/troupe/control-plane-ca/ca.crt"
+    assert [m["name"] for m in mounts] == [v["name"] for v in volumes] == ["control-plane-ca"]
 
 
 # ---------------------------------------------------------------------------- server

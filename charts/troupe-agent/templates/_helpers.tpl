@@ -117,6 +117,24 @@ timeout (seed 003), computed with a margin unless set explicitly.
 {{- if and (eq $lease "control-plane") (not .Values.controlPlane.url) -}}
 {{- fail "singletonLease.backend is control-plane but controlPlane.url is empty" -}}
 {{- end -}}
+{{- $ca := .Values.controlPlane.tls.ca -}}
+{{- if and $ca.secretName $ca.configMapName -}}
+{{- fail (printf "controlPlane.tls.ca.secretName (%s) and controlPlane.tls.ca.configMapName (%s) are both set: the CA comes from one of them; clear the other" $ca.secretName $ca.configMapName) -}}
+{{- end -}}
+{{- if and (include "troupe-agent.controlPlaneCa" .) (not (hasPrefix "https://" .Values.controlPlane.url)) -}}
+{{- fail (printf "controlPlane.tls.ca is set but controlPlane.url is %q: the CA verifies an https:// control plane; give an https:// url or clear controlPlane.tls.ca" .Values.controlPlane.url) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when a control-plane CA is mounted (controlPlane.tls.ca names a Secret or ConfigMap). */}}
+{{- define "troupe-agent.controlPlaneCa" -}}
+{{- $ca := .Values.controlPlane.tls.ca -}}
+{{- if or $ca.secretName $ca.configMapName -}}true{{- end -}}
+{{- end -}}
+
+{{/* Where the control-plane CA is mounted, and the file the agent reads. */}}
+{{- define "troupe-agent.controlPlaneCaDir" -}}
+/etc/troupe/control-plane-ca
 {{- end -}}
 
 {{/* The image of the standalone Deployment. */}}
@@ -213,6 +231,10 @@ timeout (seed 003), computed with a margin unless set explicitly.
   value: {{ $v.controlPlane.url | quote }}
 - name: TROUPE_REPORT_INTERVAL_MS
   value: {{ int $v.controlPlane.reportIntervalMs | quote }}
+{{- if include "troupe-agent.controlPlaneCa" . }}
+- name: TROUPE_CONTROL_PLANE_CA
+  value: {{ printf "%s/ca.crt" (include "troupe-agent.controlPlaneCaDir" .) | quote }}
+{{- end }}
 {{- with $v.secret.ingestTokenKey }}
 - name: TROUPE_INGEST_TOKEN
   valueFrom:
@@ -310,10 +332,42 @@ resources:
 {{ include "troupe-agent.host.resources" . | indent 2 }}
 securityContext:
 {{ toYaml .Values.securityContext | indent 2 }}
+{{- if include "troupe-agent.controlPlaneCa" . }}
+volumeMounts:
+  - name: control-plane-ca
+    mountPath: {{ include "troupe-agent.controlPlaneCaDir" . }}
+    readOnly: true
+{{- end }}
 {{- end -}}
 
-{{/* What the pod spec needs: the service account and the grace period. */}}
+{{/*
+The CA volume (controlPlane.tls.ca), as list items; empty without one. troupe-agent.host.pod
+lists it under `volumes`: an application pod with volumes of its own puts this template in its
+own `volumes` list instead of using host.pod's.
+*/}}
+{{- define "troupe-agent.host.volumes" -}}
+{{- $ca := .Values.controlPlane.tls.ca -}}
+{{- if include "troupe-agent.controlPlaneCa" . -}}
+- name: control-plane-ca
+  {{- if $ca.secretName }}
+  secret:
+    secretName: {{ $ca.secretName }}
+  {{- else }}
+  configMap:
+    name: {{ $ca.configMapName }}
+  {{- end }}
+    items:
+      - key: {{ $ca.key | quote }}
+        path: ca.crt
+{{- end -}}
+{{- end -}}
+
+{{/* What the pod spec needs: the service account, the grace period, the CA volume if any. */}}
 {{- define "troupe-agent.host.pod" -}}
 serviceAccountName: {{ include "troupe-agent.serviceAccountName" . }}
 terminationGracePeriodSeconds: {{ include "troupe-agent.terminationGracePeriodSeconds" . }}
+{{- with include "troupe-agent.host.volumes" . }}
+volumes:
+{{ . | indent 2 }}
+{{- end }}
 {{- end -}}

@@ -30,7 +30,8 @@
 //!
 //! Cases:
 //! - [`concurrent_acquirers_one_winner`]: 20 concurrent acquirers, exactly one winner.
-//! - [`racing_updaters_never_lose_an_update`]: owners racing acquire/release never overlap and
+//! - [`racing_updaters_never_lose_an_update`]: owners racing acquire/release never overlap (at
+//!   the store, nor in `holds()`: once one is granted, the previous holder's `holds()` is false) and
 //!   every grant is counted with its own increasing token; hosts racing claims and releases on
 //!   distinct ids leave exactly the expected claims.
 //! - [`expiry_after_ttl`]: a holder that stops renewing (its handle dropped, as in a crash)
@@ -204,21 +205,28 @@ pub async fn concurrent_acquirers_one_winner(b: &Backend) {
     assert!(!winner.holds(), "[{}] released", b.name);
 }
 
-/// Owners racing acquire/release never hold at once and every grant gets its own, larger
-/// token; hosts racing claims and releases on distinct ids leave exactly the expected claims.
+/// Owners racing acquire/release never hold at once — neither at the store (one grant at a
+/// time) nor in their own belief (when one is granted, every other handle's `holds()` is
+/// false) — and every grant gets its own, larger token; hosts racing claims and releases on distinct ids leave exactly the expected claims.
 pub async fn racing_updaters_never_lose_an_update(b: &Backend) {
     const OWNERS: usize = 8;
     const GRANTS_EACH: usize = 3;
     let inside = Arc::new(AtomicBool::new(false));
     let granted: Arc<Mutex<Vec<(usize, FencingToken)>>> = Arc::new(Mutex::new(Vec::new()));
     let deadline = Instant::now() + b.operation_timeout * 3;
+    let handles: Arc<Vec<Arc<dyn Lease>>> = Arc::new(
+        (0..OWNERS)
+            .map(|i| b.lease("raced", &format!("racer-{i}")))
+            .collect(),
+    );
     let mut tasks = Vec::new();
     for i in 0..OWNERS {
         let b = b.clone();
         let inside = Arc::clone(&inside);
         let granted = Arc::clone(&granted);
-        let handle = b.lease("raced", &format!("racer-{i}"));
+        let handles = Arc::clone(&handles);
         tasks.push(tokio::spawn(async move {
+            let handle = &handles[i];
             let mut mine = 0;
             while mine < GRANTS_EACH {
                 assert!(
@@ -226,16 +234,31 @@ pub async fn racing_updaters_never_lose_an_update(b: &Backend) {
                     "[{}] racer-{i} got only {mine} grants in time",
                     b.name
                 );
-                if let Some(token) = b.acquire(&handle).await {
+                if let Some(token) = b.acquire(handle).await {
                     assert!(
                         !inside.swap(true, Ordering::SeqCst),
                         "[{}] racer-{i} was granted {token} while another racer held the lease",
                         b.name
                     );
+                    // The previous holder's own belief: once the store granted racer-i, no
+                    // other handle may still answer `holds()` (it released or lost first).
+                    for (k, other) in handles.iter().enumerate() {
+                        assert!(
+                            k == i || !other.holds(),
+                            "[{}] racer-{k} still holds() {:?} after racer-{i} was granted {token}",
+                            b.name,
+                            other.fencing_token()
+                        );
+                    }
                     granted.lock().push((i, token));
                     tokio::time::sleep(Duration::from_millis(2)).await;
                     inside.store(false, Ordering::SeqCst);
-                    b.release(&handle).await;
+                    b.release(handle).await;
+                    assert!(
+                        !handle.holds(),
+                        "[{}] racer-{i} holds() after its release",
+                        b.name
+                    );
                     mine += 1;
                 }
                 tokio::time::sleep(Duration::from_millis(1 + (i as u64 % 4))).await;

@@ -110,7 +110,7 @@ fn filter(query: &DeadLettersQuery) -> Result<DeadLetterFilter, ApiError> {
 
 /// A cluster's dead letters, newest first.
 #[utoipa::path(get, path = "/api/v1/clusters/{cluster}/dead-letters", operation_id = "listDeadLetters", tag = "dead letters",
-    params(("cluster" = String, Path, description = "Cluster name"), DeadLettersQuery),
+    params(("cluster" = String, Path, description = "Cluster key, or a name only one cluster has (409 when several share it; see getCluster)"), DeadLettersQuery),
     responses((status = 200, body = DeadLetterPage),
               (status = 400, description = "A bad time, cursor or limit", body = ErrorBody),
               (status = 404, description = "No such cluster", body = ErrorBody),
@@ -137,7 +137,7 @@ pub async fn list(
 
 /// Dead letters per minute (default: the last hour).
 #[utoipa::path(get, path = "/api/v1/clusters/{cluster}/dead-letters/per-minute", operation_id = "countDeadLettersPerMinute", tag = "dead letters",
-    params(("cluster" = String, Path, description = "Cluster name"), DeadLettersQuery),
+    params(("cluster" = String, Path, description = "Cluster key, or a name only one cluster has (409 when several share it; see getCluster)"), DeadLettersQuery),
     responses((status = 200, body = DeadLetterCounts),
               (status = 400, description = "A bad time, cursor or limit", body = ErrorBody),
               (status = 404, description = "No such cluster", body = ErrorBody),

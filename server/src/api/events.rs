@@ -160,7 +160,7 @@ pub(crate) fn kinds_filter(
 
 /// A cluster's events, newest first, filtered by kind, node, subject and time range.
 #[utoipa::path(get, path = "/api/v1/clusters/{cluster}/events", operation_id = "listEvents", tag = "events",
-    params(("cluster" = String, Path, description = "Cluster name"), EventsQuery),
+    params(("cluster" = String, Path, description = "Cluster key, or a name only one cluster has (409 when several share it; see getCluster)"), EventsQuery),
     responses((status = 200, body = EventPage),
               (status = 400, description = "A malformed filter (unknown kind or category, bad time, cursor or limit)", body = ErrorBody),
               (status = 404, description = "No such cluster", body = ErrorBody),

@@ -22,6 +22,7 @@ use troupe_protocol::{EventBody, IngestAck, PROTOCOL_VERSION, ReportBatch};
 use crate::error::{ApiError, ErrorBody};
 use crate::metrics::{Item, Outcome};
 use crate::state::AppState;
+use crate::store::StoreError;
 use crate::time::now_ms;
 
 /// Bodies larger than this are parsed off the HTTP worker's thread.
@@ -35,8 +36,10 @@ const PARSE_INLINE_BYTES: usize = 256 * 1024;
     request_body(content = ReportBatch, description = "A report batch (the agent wire format, protocol version 1; see docs/control-plane.md). Strings must not contain NUL (`\\u0000`).", content_type = "application/json"),
     responses(
         (status = 200, description = "Stored, or stored before (`duplicate`)", body = IngestAck),
-        (status = 400, description = "Malformed batch (not JSON, an unknown event kind, another protocol version, an empty `identity.cluster` or `identity.node`, a sequence out of range, a NUL in a string); nothing stored", body = ErrorBody),
+        (status = 400, description = "Malformed batch (not JSON, an unknown event kind, another protocol version, an empty `identity.cluster` or `identity.node`, a `~` in `identity.cluster`, an `identity.cluster_identity` that is not 64 lowercase hex digits, a sequence out of range, a NUL in a string); nothing stored", body = ErrorBody),
         (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 403, description = "The token is scoped to another cluster (--cluster-ingest-token) than `identity.cluster`; the message names both; nothing stored", body = ErrorBody),
+        (status = 409, description = "The batch's cluster key (name and identity fingerprint) belongs to a stored cluster of another identity; nothing stored, nothing merged", body = ErrorBody),
         (status = 413, description = "Body larger than --max-body-bytes", body = ErrorBody),
         (status = 503, description = "Store unavailable; retry", body = ErrorBody),
     ),
@@ -68,7 +71,7 @@ async fn receive(
     payload: web::Payload,
     started: Instant,
 ) -> Result<HttpResponse, ApiError> {
-    state.tokens.require_ingest(req)?;
+    let scope = state.tokens.require_ingest(req)?;
     let body = read_limited(req, payload, state.config.max_body_bytes).await?;
     // A big body is parsed on the blocking pool: parsing megabytes on the worker's own thread
     // would hold up every other request that worker serves (small batches included).
@@ -80,18 +83,28 @@ async fn receive(
     } else {
         parse(&body)?
     };
+    // A cluster-scoped token writes its own cluster's history only.
+    scope.admit(&parsed.identity.cluster)?;
     let received_ms = now_ms();
     // What is stored, streamed and exported: times too far ahead of ours clamped.
     let batch = state.store.clamp_times(&parsed, received_ms);
     let store_started = Instant::now();
-    let outcome = state.store.ingest(&batch, received_ms).await?;
+    let outcome = state
+        .store
+        .ingest(&batch, received_ms)
+        .await
+        .map_err(|error| match error {
+            // Not a store failure: the batch names a cluster key that is another cluster's.
+            StoreError::ClusterKeyTaken(_) => ApiError::Conflict(error.to_string()),
+            error => ApiError::Store(error),
+        })?;
     state
         .metrics
         .store_write(store_started.elapsed().as_secs_f64());
     let id = &batch.identity;
     let answered_ms = now_ms();
     state.metrics.agent_report(
-        &id.cluster,
+        &id.cluster_key(),
         &id.node,
         answered_ms.saturating_sub(batch.sent_at_ms).max(0) as f64 / 1000.0,
         batch.sent_at_ms.saturating_sub(received_ms) as f64 / 1000.0,
@@ -197,6 +210,21 @@ pub(crate) fn parse(body: &[u8]) -> Result<ReportBatch, ApiError> {
         return Err(ApiError::BadRequest(
             "identity.cluster and identity.node must not be empty".to_owned(),
         ));
+    }
+    if id.cluster.contains(troupe_protocol::CLUSTER_KEY_SEPARATOR) {
+        return Err(ApiError::BadRequest(format!(
+            "identity.cluster must not contain `{}` (it separates a cluster's name from its identity's fingerprint in cluster keys), got `{}`",
+            troupe_protocol::CLUSTER_KEY_SEPARATOR,
+            id.cluster
+        )));
+    }
+    if let Some(identity) = &id.cluster_identity
+        && !troupe_protocol::valid_cluster_identity(identity)
+    {
+        return Err(ApiError::BadRequest(format!(
+            "identity.cluster_identity must be 64 lowercase hex digits (the keyed hash of the cluster secret), got {} bytes",
+            identity.len()
+        )));
     }
     if batch.sequence == 0 || batch.sequence > i64::MAX as u64 {
         return Err(ApiError::BadRequest(format!(

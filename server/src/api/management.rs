@@ -191,7 +191,7 @@ pub(crate) fn cluster_members(
 
 /// The cluster's members (Akka's `GET /cluster/members`).
 #[utoipa::path(get, path = "/management/{cluster}/cluster/members", operation_id = "getClusterMembers", tag = "management",
-    params(("cluster" = String, Path, description = "Cluster name")),
+    params(("cluster" = String, Path, description = "Cluster key, or a name only one cluster has (409 when several share it; see getCluster)")),
     responses((status = 200, body = ClusterMembers),
               (status = 404, description = "No such cluster", body = ManagementMessage),
               (status = 503, description = "Store unavailable; retry", body = ManagementMessage)))]
@@ -231,7 +231,7 @@ async fn find_member(
 
 /// One member (Akka's `GET /cluster/members/{address}`).
 #[utoipa::path(get, path = "/management/{cluster}/cluster/members/{address}", operation_id = "getClusterMember", tag = "management",
-    params(("cluster" = String, Path, description = "Cluster name"),
+    params(("cluster" = String, Path, description = "Cluster key, or a name only one cluster has (409 when several share it; see getCluster)"),
            ("address" = String, Path, description = "`troupe://<cluster>@host:port` (raw or percent-encoded) or `host:port`")),
     responses((status = 200, body = ClusterMember),
               (status = 404, description = "No such cluster or member", body = ManagementMessage),
@@ -271,7 +271,7 @@ async fn operate(
 
 /// Down or leave a member (Akka's `PUT /cluster/members/{address}`, form `operation`).
 #[utoipa::path(put, path = "/management/{cluster}/cluster/members/{address}", operation_id = "operateClusterMember", tag = "management",
-    params(("cluster" = String, Path, description = "Cluster name"),
+    params(("cluster" = String, Path, description = "Cluster key, or a name only one cluster has (409 when several share it; see getCluster)"),
            ("address" = String, Path, description = "`troupe://<cluster>@host:port` (raw or percent-encoded) or `host:port`")),
     request_body(content = ManagementOperation, content_type = "application/x-www-form-urlencoded"),
     responses((status = 200, description = "Accepted: the next agent of the cluster to report carries it out", body = ManagementMessage),
@@ -302,7 +302,7 @@ pub async fn put_member(
 
 /// Leave (Akka's `DELETE /cluster/members/{address}`).
 #[utoipa::path(delete, path = "/management/{cluster}/cluster/members/{address}", operation_id = "leaveClusterMember", tag = "management",
-    params(("cluster" = String, Path, description = "Cluster name"),
+    params(("cluster" = String, Path, description = "Cluster key, or a name only one cluster has (409 when several share it; see getCluster)"),
            ("address" = String, Path, description = "`troupe://<cluster>@host:port` (raw or percent-encoded) or `host:port`")),
     responses((status = 200, description = "Accepted: the next agent of the cluster to report carries it out", body = ManagementMessage),
               (status = 401, description = "Missing or wrong admin token", body = ManagementMessage),
@@ -433,7 +433,7 @@ fn domain_event(cluster: &str, item: &FeedItem) -> Option<(&'static str, Value)>
 /// Cluster domain events as server-sent events (Akka's `GET /cluster/domain-events`), with
 /// `id:` to resume from (`Last-Event-ID`) and an optional opening snapshot.
 #[utoipa::path(get, path = "/management/{cluster}/cluster/domain-events", operation_id = "streamDomainEvents", tag = "management",
-    params(("cluster" = String, Path, description = "Cluster name"), DomainEventsQuery,
+    params(("cluster" = String, Path, description = "Cluster key, or a name only one cluster has (409 when several share it; see getCluster)"), DomainEventsQuery,
         ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event (the `id:` of an event the stream sent)")),
     responses((status = 200, description = "A `text/event-stream` that does not end while the server runs: per event `id:` (resume position), `event: <type>` and one `data:` line, a JSON `DomainEvent` `{\"type\", \"member\": {node, nodeUid, status, roles}}` (`address` for `LeaderChanged`, `previousStatus` for `MemberRemoved`)",
                 content_type = "text/event-stream", body = String,
@@ -463,14 +463,14 @@ pub async fn domain_events(
     let resume = resume_from(&req, query.last_event_id.as_deref())?;
     let cluster = find_cluster(&state, &cluster).await?;
     let name: Arc<str> = Arc::from(cluster.name.as_str());
-    let scope = Scope::One(cluster.id, Arc::clone(&name));
+    let scope = Scope::One(cluster.id, Arc::from(cluster.cluster_key.as_str()));
     let wake = state.live.subscribe();
     let mut opening = Vec::new();
     let cursor = match resume {
         Some(cursor) => cursor,
         None if query.snapshot => match state
             .store
-            .cluster_snapshot(&cluster.name)
+            .cluster_snapshot(&cluster.cluster_key)
             .await
             .map_err(ApiError::from)?
         {

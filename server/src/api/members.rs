@@ -126,7 +126,7 @@ pub(crate) fn members_dto(
         .map(|m| member_dto(&cluster.name, m, cluster.leader.as_deref(), agents))
         .collect();
     MembersDto {
-        cluster: cluster.name.clone(),
+        cluster: cluster.cluster_key.clone(),
         leader: cluster.leader.clone(),
         members,
         unreachable,
@@ -135,13 +135,12 @@ pub(crate) fn members_dto(
 
 async fn load(
     state: &AppState,
-    cluster: &str,
+    cluster: &ClusterRow,
     include_removed: bool,
 ) -> Result<(MembersDto, Vec<MemberRow>), ApiError> {
-    let cluster = find_cluster(state, cluster).await?;
     let rows = state.store.members(cluster.id).await?;
     let agents = agents(state, cluster.id).await?;
-    Ok((members_dto(&cluster, &rows, &agents, include_removed), rows))
+    Ok((members_dto(cluster, &rows, &agents, include_removed), rows))
 }
 
 /// The `host:port` a member path parameter names in `cluster`, or 404.
@@ -155,7 +154,7 @@ pub(crate) fn member_address(cluster: &str, written: &str) -> Result<String, Api
 
 /// The members of a cluster as last reported.
 #[utoipa::path(get, path = "/api/v1/clusters/{cluster}/members", operation_id = "listMembers", tag = "members",
-    params(("cluster" = String, Path, description = "Cluster name"), MembersQuery),
+    params(("cluster" = String, Path, description = "Cluster key, or a name only one cluster has (409 when several share it; see getCluster)"), MembersQuery),
     responses((status = 200, body = MembersDto),
               (status = 400, description = "A malformed query", body = ErrorBody),
               (status = 404, description = "No such cluster", body = ErrorBody),
@@ -166,13 +165,14 @@ pub async fn list(
     cluster: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let query: MembersQuery = query(&req)?;
+    let cluster = find_cluster(&state, &cluster).await?;
     let (members, _) = load(&state, &cluster, query.include_removed).await?;
     Ok(HttpResponse::Ok().json(members))
 }
 
 /// One member, 404 if unknown.
 #[utoipa::path(get, path = "/api/v1/clusters/{cluster}/members/{address}", operation_id = "getMember", tag = "members",
-    params(("cluster" = String, Path, description = "Cluster name"),
+    params(("cluster" = String, Path, description = "Cluster key, or a name only one cluster has (409 when several share it; see getCluster)"),
            ("address" = String, Path, description = "Member address: `host:port`, or the full `troupe://<cluster>@host:port` (raw or percent-encoded)")),
     responses((status = 200, body = MemberDto),
               (status = 404, description = "No such cluster or member", body = ErrorBody),
@@ -182,13 +182,19 @@ pub async fn one(
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
     let (cluster, written) = path.into_inner();
-    let address = member_address(&cluster, &written)?;
+    let cluster = find_cluster(&state, &cluster).await?;
+    let address = member_address(&cluster.name, &written)?;
     let (members, _) = load(&state, &cluster, true).await?;
     let member = members
         .members
         .into_iter()
         .find(|m| m.node == address)
-        .ok_or_else(|| ApiError::NotFound(format!("no member `{written}` in `{cluster}`")))?;
+        .ok_or_else(|| {
+            ApiError::NotFound(format!(
+                "no member `{written}` in `{}`",
+                cluster.cluster_key
+            ))
+        })?;
     Ok(HttpResponse::Ok().json(member))
 }
 
@@ -228,8 +234,8 @@ pub(crate) async fn queue_operation(
             "member operations are disabled; start the server with --enable-member-operations",
         ));
     }
-    let address = member_address(cluster, written)?;
     let cluster_row = find_cluster(state, cluster).await?;
+    let address = member_address(&cluster_row.name, written)?;
     let rows = state.store.members(cluster_row.id).await?;
     if !rows.iter().any(|m| m.address == address) {
         return Err(ApiError::NotFound(format!(
@@ -241,7 +247,7 @@ pub(crate) async fn queue_operation(
         .request_operation(cluster_row.id, &address, operation, now_ms())
         .await?;
     tracing::info!(
-        cluster,
+        cluster = cluster_row.cluster_key,
         address,
         operation = operation.as_str(),
         id,
@@ -269,7 +275,7 @@ async fn queue(
 /// Asks a member to leave or be downed (`operation=Down|Leave`); needs the admin token and
 /// `--enable-member-operations`.
 #[utoipa::path(put, path = "/api/v1/clusters/{cluster}/members/{address}", operation_id = "operateMember", tag = "members",
-    params(("cluster" = String, Path, description = "Cluster name"),
+    params(("cluster" = String, Path, description = "Cluster key, or a name only one cluster has (409 when several share it; see getCluster)"),
            ("address" = String, Path, description = "Member address: `host:port`, or the full `troupe://<cluster>@host:port` (raw or percent-encoded)")),
     request_body(content(
         (OperationRequest = "application/x-www-form-urlencoded"),
@@ -311,7 +317,7 @@ pub async fn operate(
 
 /// Asks a member to leave; needs the admin token and `--enable-member-operations`.
 #[utoipa::path(delete, path = "/api/v1/clusters/{cluster}/members/{address}", operation_id = "leaveMember", tag = "members",
-    params(("cluster" = String, Path, description = "Cluster name"),
+    params(("cluster" = String, Path, description = "Cluster key, or a name only one cluster has (409 when several share it; see getCluster)"),
            ("address" = String, Path, description = "Member address: `host:port`, or the full `troupe://<cluster>@host:port` (raw or percent-encoded)")),
     responses((status = 202, description = "Queued: the next agent of the cluster to report carries it out", body = OperationAccepted),
               (status = 401, description = "Missing or wrong admin token (or none configured)", body = ErrorBody),

@@ -111,7 +111,7 @@ impl NodeDto {
 
 /// Every agent incarnation of a cluster, by address, newest incarnation first.
 #[utoipa::path(get, path = "/api/v1/clusters/{cluster}/nodes", operation_id = "listNodes", tag = "nodes",
-    params(("cluster" = String, Path, description = "Cluster name")),
+    params(("cluster" = String, Path, description = "Cluster key, or a name only one cluster has (409 when several share it; see getCluster)")),
     responses((status = 200, body = [NodeDto]), (status = 404, description = "No such cluster", body = ErrorBody),
               (status = 503, description = "Store unavailable; retry", body = ErrorBody)))]
 pub async fn list(

@@ -60,7 +60,7 @@ impl From<RouterRow> for RouterDto {
 
 /// A cluster's routers with their routees.
 #[utoipa::path(get, path = "/api/v1/clusters/{cluster}/routers", operation_id = "listRouters", tag = "routers",
-    params(("cluster" = String, Path, description = "Cluster name")),
+    params(("cluster" = String, Path, description = "Cluster key, or a name only one cluster has (409 when several share it; see getCluster)")),
     responses((status = 200, body = [RouterDto]), (status = 404, description = "No such cluster", body = ErrorBody),
               (status = 503, description = "Store unavailable; retry", body = ErrorBody)))]
 pub async fn list(
@@ -213,7 +213,7 @@ pub(crate) fn bucket(
 
 /// Mailbox depth of a router's routees (or one actor) over a time range, per node, bucketed.
 #[utoipa::path(get, path = "/api/v1/clusters/{cluster}/routers/depth", operation_id = "getRouterDepth", tag = "routers",
-    params(("cluster" = String, Path, description = "Cluster name"), DepthQuery),
+    params(("cluster" = String, Path, description = "Cluster key, or a name only one cluster has (409 when several share it; see getCluster)"), DepthQuery),
     responses((status = 200, body = DepthSeries),
               (status = 400, description = "Not exactly one of `router` and `path`, a bad time, `since` not before `until`, or `bucket_seconds` out of range", body = ErrorBody),
               (status = 404, description = "No such cluster", body = ErrorBody),

@@ -67,7 +67,7 @@ pub struct HistoryQuery {
 
 /// A cluster's singletons with their current host and lease.
 #[utoipa::path(get, path = "/api/v1/clusters/{cluster}/singletons", operation_id = "listSingletons", tag = "singletons",
-    params(("cluster" = String, Path, description = "Cluster name")),
+    params(("cluster" = String, Path, description = "Cluster key, or a name only one cluster has (409 when several share it; see getCluster)")),
     responses((status = 200, body = [SingletonDto]), (status = 404, description = "No such cluster", body = ErrorBody),
               (status = 503, description = "Store unavailable; retry", body = ErrorBody)))]
 pub async fn list(
@@ -87,7 +87,7 @@ pub async fn list(
 
 /// One singleton with its hand-over history.
 #[utoipa::path(get, path = "/api/v1/clusters/{cluster}/singletons/{name}", operation_id = "getSingleton", tag = "singletons",
-    params(("cluster" = String, Path, description = "Cluster name"),
+    params(("cluster" = String, Path, description = "Cluster key, or a name only one cluster has (409 when several share it; see getCluster)"),
            ("name" = String, Path, description = "Singleton name"), HistoryQuery),
     responses((status = 200, body = SingletonDetail),
               (status = 400, description = "`limit` out of range", body = ErrorBody),
@@ -138,7 +138,7 @@ pub async fn one(
         None => {
             return Err(ApiError::NotFound(format!(
                 "no singleton `{name}` in `{}`",
-                cluster.name
+                cluster.cluster_key
             )));
         }
     };

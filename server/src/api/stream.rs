@@ -26,7 +26,8 @@ use utoipa::ToSchema;
 
 use super::clusters::find_cluster;
 use super::events::{detail_json, filter_items};
-use super::members::{agents, members_dto};
+use super::members::members_dto;
+use super::nodes::agents;
 use crate::error::{ApiError, ErrorBody};
 use crate::feed::{Cursor, Feed, FeedItem, Scope};
 use crate::request::query;
@@ -159,7 +160,7 @@ pub async fn stream(
     let scope = match query.cluster.as_deref().filter(|c| !c.is_empty()) {
         Some(name) => {
             let cluster = find_cluster(&state, name).await?;
-            Scope::One(cluster.id, Arc::from(cluster.name.as_str()))
+            Scope::One(cluster.id, Arc::from(cluster.cluster_key.as_str()))
         }
         None => Scope::All,
     };
@@ -176,7 +177,7 @@ pub async fn stream(
                     .clusters()
                     .await?
                     .into_iter()
-                    .map(|c| c.name)
+                    .map(|c| c.cluster_key)
                     .collect(),
             };
             let mut cursor = Cursor::default();

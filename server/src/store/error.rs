@@ -16,6 +16,12 @@ pub enum StoreError {
     /// long, or the batch is still being written); nothing was written, a retry succeeds.
     #[error("the store is busy: {0}")]
     Busy(&'static str),
+    /// A batch's cluster key (name and identity fingerprint) belongs to a stored cluster of
+    /// another identity (or a name that looks like a key); nothing was written.
+    #[error(
+        "cluster key {0} belongs to a cluster with another identity; this batch is not merged into it"
+    )]
+    ClusterKeyTaken(String),
 }
 
 impl StoreError {

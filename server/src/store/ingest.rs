@@ -163,15 +163,25 @@ macro_rules! begin_batch {
         let cluster_id: i64 = match $known_cluster {
             Some(cluster_id) => cluster_id,
             None => {
+                let key = id.cluster_key();
+                let identity = id.cluster_identity.as_deref().unwrap_or("");
                 sqlx::query(crate::store::sql::INSERT_CLUSTER)
+                    .bind(&key)
                     .bind(&id.cluster)
+                    .bind(identity)
                     .bind($received_ms)
                     .execute(&mut *$tx)
                     .await?;
-                sqlx::query_scalar(crate::store::sql::CLUSTER_ID)
-                    .bind(&id.cluster)
-                    .fetch_one(&mut *$tx)
-                    .await?
+                let (cluster_id, stored): (i64, String) =
+                    sqlx::query_as(crate::store::sql::CLUSTER_ID)
+                        .bind(&key)
+                        .fetch_one(&mut *$tx)
+                        .await?;
+                if stored != identity {
+                    // Another cluster holds the key: never write into it.
+                    return Err(crate::store::error::StoreError::ClusterKeyTaken(key));
+                }
+                cluster_id
             }
         };
         let d = &batch.dropped;

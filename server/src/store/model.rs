@@ -7,8 +7,13 @@ use sqlx::FromRow;
 pub struct ClusterRow {
     /// Internal id.
     pub id: i64,
-    /// The cluster's name.
+    /// How the API addresses it: its name, and its identity's fingerprint when it has one
+    /// (`troupe_protocol::cluster_key`).
+    pub cluster_key: String,
+    /// The cluster's (actor system's) name; several clusters may share it.
     pub name: String,
+    /// The identity its agents report ('' for agents that report none).
+    pub identity: String,
     /// The leader's address, as last reported.
     pub leader: Option<String>,
     /// First report from any of its agents.

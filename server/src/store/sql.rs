@@ -4,12 +4,16 @@
 // --- ingest ---
 
 /// A known cluster is left alone: updating its row on every batch would make every agent's
-/// ingest transaction wait for the others' (the row lock is held until commit).
+/// ingest transaction wait for the others' (the row lock is held until commit). Clusters are
+/// keyed by `cluster_key` (name and identity fingerprint, see `troupe_protocol::cluster_key`).
 pub(crate) const INSERT_CLUSTER: &str = "\
-INSERT INTO clusters (name, first_seen_ms, last_report_ms) VALUES ($1, $2, $2)
-ON CONFLICT (name) DO NOTHING";
+INSERT INTO clusters (cluster_key, name, identity, first_seen_ms, last_report_ms)
+VALUES ($1, $2, $3, $4, $4)
+ON CONFLICT (cluster_key) DO NOTHING";
 
-pub(crate) const CLUSTER_ID: &str = "SELECT id FROM clusters WHERE name = $1";
+/// The id and identity of the cluster with a key: the caller checks the identity is the one
+/// reported (a key is a fingerprint, so that two identities could in principle share one).
+pub(crate) const CLUSTER_ID: &str = "SELECT id, identity FROM clusters WHERE cluster_key = $1";
 
 /// Dropped counts are running totals: keep the largest seen, whatever order batches arrive in.
 pub(crate) const UPSERT_AGENT: &str = "\
@@ -157,16 +161,23 @@ DO UPDATE SET count = dead_letter_minutes.count + excluded.count";
 
 /// The latest report of a cluster is its agents' latest (see `INSERT_CLUSTER`).
 pub(crate) const CLUSTERS: &str = "\
-SELECT c.id, c.name, c.leader, c.first_seen_ms,
+SELECT c.id, c.cluster_key, c.name, c.identity, c.leader, c.first_seen_ms,
     COALESCE((SELECT MAX(a.last_report_ms) FROM agents a WHERE a.cluster_id = c.id),
         c.last_report_ms) AS last_report_ms
-FROM clusters c ORDER BY c.name";
+FROM clusters c ORDER BY c.name, c.cluster_key";
 
 pub(crate) const CLUSTER: &str = "\
-SELECT c.id, c.name, c.leader, c.first_seen_ms,
+SELECT c.id, c.cluster_key, c.name, c.identity, c.leader, c.first_seen_ms,
     COALESCE((SELECT MAX(a.last_report_ms) FROM agents a WHERE a.cluster_id = c.id),
         c.last_report_ms) AS last_report_ms
-FROM clusters c WHERE c.name = $1";
+FROM clusters c WHERE c.cluster_key = $1";
+
+/// The clusters reported under a name (one per identity), by key.
+pub(crate) const CLUSTERS_NAMED: &str = "\
+SELECT c.id, c.cluster_key, c.name, c.identity, c.leader, c.first_seen_ms,
+    COALESCE((SELECT MAX(a.last_report_ms) FROM agents a WHERE a.cluster_id = c.id),
+        c.last_report_ms) AS last_report_ms
+FROM clusters c WHERE c.name = $1 ORDER BY c.cluster_key";
 
 /// Every incarnation of every address; `Store::members` keeps the current one of each.
 pub(crate) const MEMBERS: &str = "\

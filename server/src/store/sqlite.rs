@@ -68,7 +68,7 @@ struct Job {
 #[derive(Debug, Clone)]
 pub(super) struct Writer {
     jobs: mpsc::Sender<Job>,
-    /// Batches being written in chunks, by (cluster, node, incarnation, sequence).
+    /// Batches being written in chunks, by (cluster key, node, incarnation, sequence).
     in_progress: Arc<Mutex<HashSet<BatchKey>>>,
 }
 
@@ -77,7 +77,7 @@ type BatchKey = (String, String, u64, u64);
 fn key(batch: &ReportBatch) -> BatchKey {
     let id = &batch.identity;
     (
-        id.cluster.clone(),
+        id.cluster_key(),
         id.node.clone(),
         id.incarnation,
         batch.sequence,

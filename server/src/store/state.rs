@@ -320,6 +320,7 @@ mod tests {
                 node: "a:1".into(),
                 incarnation: 1,
                 meta: AgentMeta::default(),
+                cluster_identity: None,
             },
             sequence: 1,
             sent_at_ms: 0,

@@ -49,7 +49,7 @@ async fn build(state: &AppState, req: &HttpRequest) -> Result<NodePage, UiError>
     if member.is_none() && mine.is_empty() {
         return Err(UiError::NotFound(format!(
             "Cluster “{}” knows no node “{node}”.",
-            cluster.name
+            cluster.cluster_key
         )));
     }
     let incarnations = mine
@@ -146,7 +146,7 @@ async fn build(state: &AppState, req: &HttpRequest) -> Result<NodePage, UiError>
         mailboxes,
         timeline_href: href(
             Section::Timeline.path(),
-            &[("cluster", &cluster.name), ("subject", &node)],
+            &[("cluster", &cluster.cluster_key), ("subject", &node)],
         ),
         node,
     })

@@ -114,10 +114,20 @@ async fn cluster_view(
         .map(|m| member_view(&ctx, m, leader, &agents))
         .collect();
     Ok(ClusterView {
-        name: cluster.name.clone(),
-        overview_href: href(Section::Overview.path(), &[("cluster", &cluster.name)]),
-        timeline_href: href(Section::Timeline.path(), &[("cluster", &cluster.name)]),
-        dead_letters_href: href(Section::DeadLetters.path(), &[("cluster", &cluster.name)]),
+        // The key: two clusters of the same name show their identities' fingerprints.
+        name: cluster.cluster_key.clone(),
+        overview_href: href(
+            Section::Overview.path(),
+            &[("cluster", &cluster.cluster_key)],
+        ),
+        timeline_href: href(
+            Section::Timeline.path(),
+            &[("cluster", &cluster.cluster_key)],
+        ),
+        dead_letters_href: href(
+            Section::DeadLetters.path(),
+            &[("cluster", &cluster.cluster_key)],
+        ),
         leader: cluster.leader.clone(),
         leader_href: ctx.node_href(leader.unwrap_or_default()),
         last_report: TimeText::at(cluster.last_report_ms),
@@ -145,7 +155,7 @@ async fn build(state: &AppState, req: &HttpRequest) -> Result<OverviewPage, UiEr
     shown.extend(
         ctx.clusters
             .iter()
-            .filter(|c| Some(c.name.as_str()) != ctx.cluster.as_ref().map(|c| c.name.as_str())),
+            .filter(|c| Some(c.id) != ctx.cluster.as_ref().map(|c| c.id)),
     );
     let mut clusters = Vec::new();
     for cluster in shown.into_iter().take(MAX_CLUSTERS) {

@@ -53,7 +53,7 @@ pub(crate) struct Context {
     pub(crate) now_ms: i64,
     /// An agent silent for longer than this (ms) shows health `unknown` (`--agent-silence-ms`).
     pub(crate) silence_ms: i64,
-    /// Every cluster's name.
+    /// Every cluster's key (two clusters of the same name have different keys).
     pub(crate) names: Vec<String>,
     /// The cluster shown, if any has reported.
     pub(crate) cluster: Option<ClusterRow>,
@@ -62,33 +62,27 @@ pub(crate) struct Context {
 }
 
 impl Context {
-    /// Loads the clusters; `requested` must name one of them (default: the first).
+    /// Loads the clusters; `requested` must name one of them by key, or by a name only one
+    /// of them has (default: the first).
     pub(crate) async fn load(state: &AppState, requested: Option<&str>) -> Result<Self, UiError> {
         let clusters = state.store.clusters().await?;
         let cluster = match requested.filter(|c| !c.is_empty()) {
-            Some(name) => Some(
-                clusters
-                    .iter()
-                    .find(|c| c.name == name)
-                    .cloned()
-                    .ok_or_else(|| {
-                        UiError::NotFound(format!("No cluster named “{name}” has reported."))
-                    })?,
-            ),
+            Some(wanted) => Some(pick(&clusters, wanted)?.clone()),
             None => clusters.first().cloned(),
         };
         Ok(Self {
             now_ms: now_ms(),
             silence_ms: state.config.agent_silence_limit_ms(),
-            names: clusters.iter().map(|c| c.name.clone()).collect(),
+            names: clusters.iter().map(|c| c.cluster_key.clone()).collect(),
             cluster,
             clusters,
         })
     }
 
-    /// The cluster's name, "" when none has reported.
+    /// The shown cluster's key (its name when it reports no identity), "" when none has
+    /// reported: what the pages' `cluster` parameter takes.
     pub(crate) fn cluster_name(&self) -> &str {
-        self.cluster.as_ref().map_or("", |c| c.name.as_str())
+        self.cluster.as_ref().map_or("", |c| c.cluster_key.as_str())
     }
 
     /// The layout of a page of `section`.
@@ -196,4 +190,27 @@ pub(crate) fn respond<T: Template>(page: Result<T, UiError>) -> HttpResponse {
         .content_type("text/html; charset=utf-8")
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .body(body)
+}
+
+/// The cluster `wanted` names: by key, else by a name exactly one cluster has.
+fn pick<'a>(clusters: &'a [ClusterRow], wanted: &str) -> Result<&'a ClusterRow, UiError> {
+    if let Some(cluster) = clusters.iter().find(|c| c.cluster_key == wanted) {
+        return Ok(cluster);
+    }
+    let named: Vec<&ClusterRow> = clusters.iter().filter(|c| c.name == wanted).collect();
+    match named.as_slice() {
+        [] => Err(UiError::NotFound(format!(
+            "No cluster named “{wanted}” has reported."
+        ))),
+        [one] => Ok(one),
+        several => Err(UiError::NotFound(format!(
+            "{} clusters named “{wanted}” have reported (their nodes hold different secrets); choose one: {}.",
+            several.len(),
+            several
+                .iter()
+                .map(|c| c.cluster_key.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
 }

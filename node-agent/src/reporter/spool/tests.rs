@@ -15,6 +15,7 @@ fn batch(incarnation: u64, sequence: u64, events: usize, size: usize) -> ReportB
             node: "127.0.0.1:2552".into(),
             incarnation,
             meta: AgentMeta::default(),
+            cluster_identity: None,
         },
         sequence,
         sent_at_ms: 1,
