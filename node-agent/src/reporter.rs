@@ -283,7 +283,7 @@ fn hand_over(buffer: &Mutex<ReportBuffer>, shipper: &Shipper, file: &mut SpoolFi
     }
     let now = now_ms();
     for pending in &taken {
-        file.step(spool::Event::Append(shipper.batch(pending, now)));
+        file.step(spool::Event::Append(Box::new(shipper.batch(pending, now))));
     }
     file.step(spool::Event::Persist);
 }

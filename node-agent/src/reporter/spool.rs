@@ -134,7 +134,7 @@ pub enum Event {
     /// The file's bytes at start (empty: there was no file).
     Loaded(Vec<u8>),
     /// A batch that must survive this process (cut while shutting down, or not delivered).
-    Append(ReportBatch),
+    Append(Box<ReportBatch>),
     /// The server acknowledged this batch (stored now or before).
     Acknowledged(BatchKey),
     /// The server refused this batch as bad input: it would be refused again, give it up.
@@ -433,7 +433,7 @@ pub fn step(spool: &mut Spool, event: Event) -> Vec<Action> {
     let mut actions = Vec::new();
     match event {
         Event::Loaded(bytes) => spool.load(&bytes, &mut actions),
-        Event::Append(batch) => spool.push(batch, &mut actions),
+        Event::Append(batch) => spool.push(*batch, &mut actions),
         Event::Acknowledged(key) => {
             spool.remove(key);
         }
