@@ -27,9 +27,9 @@ use troupe_lease::directory::{
     self, Claim, ClaimOutcome, Directory, DirectoryChange, DirectoryError, DirectoryEvent,
     DirectoryFuture, DirectorySnapshot, DirectoryWatch, Revision,
 };
-use troupe_lease::lease::{FencingToken, Lease, LeaseError, LeaseProvider, LeaseSettings};
+use troupe_lease::lease::{FencingToken, LeaseError, LeaseSettings};
 
-use troupe_lease::lease::store::{GrantEnded, GrantedLease, LeaseStore, RenewError};
+use troupe_lease::lease::store::{GrantEnded, LeaseStore, RenewError};
 
 /// How long one etcd request may take before it counts as failed.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -76,7 +76,7 @@ struct ClaimValue {
     host: String,
 }
 
-/// Leases on etcd: a [`LeaseProvider`] whose handles keep the contract in `troupe_lease::lease`.
+/// Leases on etcd: a [`LeaseProvider`](troupe_lease::lease::LeaseProvider) whose handles keep the contract in `troupe_lease::lease`.
 #[derive(Clone)]
 pub struct EtcdLeases {
     store: Arc<EtcdLeaseStore>,
@@ -119,41 +119,9 @@ impl EtcdLeases {
 troupe_lease::lease_handle!(
     /// One owner's handle to a lease on etcd (made by [`EtcdLeases::handle`]).
     EtcdLease,
-    EtcdLeaseStore
+    EtcdLeaseStore,
+    provided by EtcdLeases => store
 );
-
-impl LeaseProvider for EtcdLeases {
-    fn lease(
-        &self,
-        name: &str,
-        owner: &str,
-        settings: &LeaseSettings,
-    ) -> Result<Arc<dyn Lease>, LeaseError> {
-        Ok(self.handle(name, owner, settings)?)
-    }
-}
-
-impl EtcdLeases {
-    /// A handle to lease `name` that acquires as `owner` (what [`LeaseProvider::lease`]
-    /// answers, with its concrete type).
-    pub fn handle(
-        &self,
-        name: &str,
-        owner: &str,
-        settings: &LeaseSettings,
-    ) -> Result<Arc<EtcdLease>, LeaseError> {
-        ttl_seconds(settings).map_err(|reason| LeaseError::Settings {
-            lease: name.to_owned(),
-            reason,
-        })?;
-        Ok(Arc::new(EtcdLease(GrantedLease::new(
-            Arc::clone(&self.store),
-            name,
-            owner,
-            *settings,
-        )?)))
-    }
-}
 
 /// etcd grants whole seconds.
 fn ttl_seconds(settings: &LeaseSettings) -> Result<i64, String> {
@@ -230,6 +198,16 @@ fn parse_lease_value(key: &str, kv: &KeyValue) -> Result<LeaseValue, String> {
 
 impl LeaseStore for EtcdLeaseStore {
     type Grant = EtcdGrant;
+
+    /// etcd grants whole seconds, at least 2.
+    fn check_settings(&self, name: &str, settings: &LeaseSettings) -> Result<(), LeaseError> {
+        ttl_seconds(settings)
+            .map(drop)
+            .map_err(|reason| LeaseError::Settings {
+                lease: name.to_owned(),
+                reason,
+            })
+    }
 
     async fn try_acquire(
         &self,

@@ -30,9 +30,9 @@ use troupe_lease::directory::{
     self, Claim, ClaimOutcome, Directory, DirectoryChange, DirectoryError, DirectoryEvent,
     DirectoryFuture, DirectorySnapshot, DirectoryWatch, Revision,
 };
-use troupe_lease::lease::{FencingToken, Lease, LeaseError, LeaseProvider, LeaseSettings};
+use troupe_lease::lease::{FencingToken, LeaseError, LeaseSettings};
 
-use troupe_lease::lease::store::{GrantEnded, GrantedLease, LeaseStore, RenewError};
+use troupe_lease::lease::store::{GrantEnded, LeaseStore, RenewError};
 
 /// Longest a request other than a watch poll may take.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -205,39 +205,12 @@ impl std::fmt::Debug for HttpLeases {
 /// What [`HttpLeases`] is called in the trait's terms.
 pub type HttpLeaseProvider = HttpLeases;
 
-impl LeaseProvider for HttpLeases {
-    fn lease(
-        &self,
-        name: &str,
-        owner: &str,
-        settings: &LeaseSettings,
-    ) -> Result<Arc<dyn Lease>, LeaseError> {
-        Ok(self.handle(name, owner, settings)?)
-    }
-}
-
-impl HttpLeases {
-    /// A handle to lease `name` that acquires as `owner`, with its concrete type.
-    pub fn handle(
-        &self,
-        name: &str,
-        owner: &str,
-        settings: &LeaseSettings,
-    ) -> Result<Arc<HttpLease>, LeaseError> {
-        Ok(Arc::new(HttpLease(GrantedLease::new(
-            Arc::clone(&self.store),
-            name,
-            owner,
-            *settings,
-        )?)))
-    }
-}
-
 troupe_lease::lease_handle!(
     /// One owner's handle to a lease through the control plane (made by
     /// [`HttpLeases::handle`]).
     HttpLease,
-    HttpLeaseStore
+    HttpLeaseStore,
+    provided by HttpLeases => store
 );
 
 pub(crate) struct HttpLeaseStore {

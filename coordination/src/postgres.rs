@@ -28,9 +28,9 @@ use troupe_lease::directory::{
     self, Claim, ClaimOutcome, Directory, DirectoryChange, DirectoryError, DirectoryEvent,
     DirectoryFuture, DirectorySnapshot, DirectoryWatch, Revision,
 };
-use troupe_lease::lease::{FencingToken, Lease, LeaseError, LeaseProvider, LeaseSettings};
+use troupe_lease::lease::{FencingToken, LeaseError, LeaseSettings};
 
-use troupe_lease::lease::store::{GrantEnded, GrantedLease, LeaseStore, RenewError};
+use troupe_lease::lease::store::{GrantEnded, LeaseStore, RenewError};
 
 /// How often a watch polls the change log when no notification arrives.
 pub const WATCH_POLL: Duration = Duration::from_millis(500);
@@ -274,7 +274,7 @@ impl Shared {
     }
 }
 
-/// Leases in PostgreSQL: a [`LeaseProvider`] whose handles keep the contract in
+/// Leases in PostgreSQL: a [`LeaseProvider`](troupe_lease::lease::LeaseProvider) whose handles keep the contract in
 /// `troupe_lease::lease`.
 #[derive(Clone)]
 pub struct PgLeases {
@@ -296,37 +296,9 @@ pub(crate) struct PgLeaseStore {
 troupe_lease::lease_handle!(
     /// One owner's handle to a lease in PostgreSQL (made by [`PgLeases::handle`]).
     PgLease,
-    PgLeaseStore
+    PgLeaseStore,
+    provided by PgLeases => store
 );
-
-impl LeaseProvider for PgLeases {
-    fn lease(
-        &self,
-        name: &str,
-        owner: &str,
-        settings: &LeaseSettings,
-    ) -> Result<Arc<dyn Lease>, LeaseError> {
-        Ok(self.handle(name, owner, settings)?)
-    }
-}
-
-impl PgLeases {
-    /// A handle to lease `name` that acquires as `owner` (what [`LeaseProvider::lease`]
-    /// answers, with its concrete type).
-    pub fn handle(
-        &self,
-        name: &str,
-        owner: &str,
-        settings: &LeaseSettings,
-    ) -> Result<Arc<PgLease>, LeaseError> {
-        Ok(Arc::new(PgLease(GrantedLease::new(
-            Arc::clone(&self.store),
-            name,
-            owner,
-            *settings,
-        )?)))
-    }
-}
 
 impl PgLeaseStore {
     async fn bounded<T>(

@@ -362,7 +362,7 @@ impl Config {
 mod tests {
     use clap::Parser;
 
-    use super::{Config, DEFAULT_AGENT_SILENCE_MS};
+    use super::{Config, DEFAULT_AGENT_SILENCE_MS, parse_cluster_tokens};
 
     fn parse(args: &[&str]) -> Result<Config, clap::Error> {
         Config::try_parse_from(std::iter::once("troupe-server").chain(args.iter().copied()))
@@ -400,5 +400,48 @@ mod tests {
                 "{bad:?}: {message}"
             );
         }
+    }
+
+    #[test]
+    fn cluster_tokens_come_from_repeated_flags_a_comma_separated_variable_and_a_file() {
+        let config = parse(&[
+            "--cluster-ingest-token",
+            "shop=t1",
+            "--cluster-ingest-token=billing=t=2",
+        ])
+        .unwrap();
+        let pairs: Vec<(&str, &str)> = config
+            .cluster_ingest_tokens
+            .iter()
+            .map(|t| (t.cluster.as_str(), t.token.as_str()))
+            .collect();
+        assert_eq!(pairs, [("shop", "t1"), ("billing", "t=2")]);
+        let from_file = parse_cluster_tokens("# tokens\n\nshop = t1\n  billing=t2  \n").unwrap();
+        assert_eq!(from_file.len(), 2);
+        assert_eq!(
+            (from_file[1].cluster.as_str(), from_file[1].token.as_str()),
+            ("billing", "t2")
+        );
+        assert!(
+            !format!("{from_file:?}").contains("t1"),
+            "Debug hides tokens"
+        );
+    }
+
+    #[test]
+    fn a_bad_cluster_token_is_refused_saying_what_was_wrong() {
+        for (bad, needle) in [
+            ("shop", "found no `=`"),
+            ("=token", "empty cluster name"),
+            ("shop=", "empty token"),
+            ("shop~abc=token", "no `~`"),
+        ] {
+            let message = parse(&["--cluster-ingest-token", bad])
+                .unwrap_err()
+                .to_string();
+            assert!(message.contains(needle), "{bad:?}: {message}");
+        }
+        let message = parse_cluster_tokens("shop=a\nbilling\n").unwrap_err();
+        assert!(message.starts_with("line 2:"), "{message}");
     }
 }

@@ -98,6 +98,11 @@ fn help_lists_every_option_its_environment_variable_and_default() {
         ("--db-max-connections", "TROUPE_DB_MAX_CONNECTIONS"),
         ("--db-acquire-timeout-ms", "TROUPE_DB_ACQUIRE_TIMEOUT_MS"),
         ("--ingest-token", "TROUPE_INGEST_TOKEN"),
+        ("--cluster-ingest-token", "TROUPE_CLUSTER_INGEST_TOKENS"),
+        (
+            "--cluster-ingest-tokens-file",
+            "TROUPE_CLUSTER_INGEST_TOKENS_FILE",
+        ),
         ("--admin-token", "TROUPE_ADMIN_TOKEN"),
         (
             "--enable-member-operations",

@@ -11,8 +11,8 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use super::store::{GrantEnded, GrantedLease, LeaseStore, RenewError};
-use super::{FencingToken, Lease, LeaseError, LeaseProvider, LeaseSettings};
+use super::store::{GrantEnded, LeaseStore, RenewError};
+use super::{FencingToken, LeaseError, LeaseSettings};
 
 /// What happened at the arbiter, for tests that check the order of lease operations.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,7 +50,7 @@ pub struct LeaseRecord {
 /// A third party that arbitrates leases in memory: every node in the process reaches it (tests,
 /// single-node deployments). Grants of handles made by [`InMemoryLeaseArbiter::lease`] expire
 /// `ttl` after their last renewal and are renewed every `ttl / 3`; handles made through
-/// [`LeaseProvider::lease`] or [`InMemoryLeaseArbiter::lease_with`] use their own
+/// [`LeaseProvider::lease`](super::LeaseProvider::lease) or [`InMemoryLeaseArbiter::lease_with`] use their own
 /// [`LeaseSettings`].
 #[derive(Clone)]
 pub struct InMemoryLeaseArbiter {
@@ -82,7 +82,8 @@ struct Grant {
 crate::lease_handle!(
     /// One owner's handle to a lease of an [`InMemoryLeaseArbiter`].
     InMemoryLease,
-    ArbiterStore
+    ArbiterStore,
+    provided by InMemoryLeaseArbiter => store
 );
 
 impl fmt::Debug for InMemoryLeaseArbiter {
@@ -137,7 +138,7 @@ impl InMemoryLeaseArbiter {
     ///
     /// # Panics
     /// When the name or owner is outside the limits ([`super::validate_identity`]); use
-    /// [`LeaseProvider::lease`] to get that as an error.
+    /// [`LeaseProvider::lease`](super::LeaseProvider::lease) to get that as an error.
     #[must_use]
     pub fn lease_with(
         &self,
@@ -145,24 +146,10 @@ impl InMemoryLeaseArbiter {
         owner: &str,
         settings: &LeaseSettings,
     ) -> Arc<InMemoryLease> {
-        match self.try_lease(name, owner, settings) {
+        match self.handle(name, owner, settings) {
             Ok(handle) => handle,
             Err(e) => panic!("{e}"),
         }
-    }
-
-    fn try_lease(
-        &self,
-        name: &str,
-        owner: &str,
-        settings: &LeaseSettings,
-    ) -> Result<Arc<InMemoryLease>, LeaseError> {
-        Ok(Arc::new(InMemoryLease(GrantedLease::new(
-            Arc::clone(&self.store),
-            name,
-            owner,
-            *settings,
-        )?)))
     }
 
     /// The current (unexpired) holder of `name` and its token.
@@ -211,17 +198,6 @@ impl InMemoryLeaseArbiter {
     #[must_use]
     pub fn history(&self) -> Vec<LeaseRecord> {
         self.store.state.lock().history.clone()
-    }
-}
-
-impl LeaseProvider for InMemoryLeaseArbiter {
-    fn lease(
-        &self,
-        name: &str,
-        owner: &str,
-        settings: &LeaseSettings,
-    ) -> Result<Arc<dyn Lease>, LeaseError> {
-        Ok(self.try_lease(name, owner, settings)?)
     }
 }
 
@@ -375,7 +351,7 @@ impl LeaseStore for ArbiterStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lease::{LeaseLost, LeaseLostCallback};
+    use crate::lease::{Lease, LeaseLost, LeaseLostCallback};
 
     fn counter() -> (LeaseLostCallback, Arc<Mutex<Vec<LeaseLost>>>) {
         let seen = Arc::new(Mutex::new(Vec::new()));

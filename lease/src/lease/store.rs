@@ -36,6 +36,13 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// The backend's data of one grant (an etcd lease id, the last written object, ...).
     type Grant: Send + Sync + 'static;
 
+    /// Refuse `settings` this store cannot honour with [`LeaseError::Settings`], when a handle
+    /// is made (etcd grants whole seconds). Every valid [`LeaseSettings`] is fine by default.
+    fn check_settings(&self, name: &str, settings: &LeaseSettings) -> Result<(), LeaseError> {
+        let _ = (name, settings);
+        Ok(())
+    }
+
     /// Try to become the holder; `Ok(None)` when another owner holds the lease. A store that
     /// can learn by itself that the grant ended (revoked, taken over) keeps `ended` and calls
     /// [`GrantEnded::end`] then; others drop it.
@@ -486,8 +493,49 @@ impl<S: LeaseStore> Lease for GrantedLease<S> {
 /// Declares a public lease handle type of one backend, delegating to [`GrantedLease`]:
 /// `lease_handle!(/// docs \n EtcdLease, EtcdLeaseStore);` makes `pub struct EtcdLease` with
 /// the [`Lease`] impl and a `renew_now` method.
+///
+/// `lease_handle!(/// docs \n EtcdLease, EtcdLeaseStore, provided by EtcdLeases => store);`
+/// also makes the provider `EtcdLeases` (whose field `store` is an `Arc<EtcdLeaseStore>`) a
+/// [`LeaseProvider`](super::LeaseProvider) with a `handle` method answering the concrete type:
+/// the bookkeeping every backend's provider would otherwise write again (check the settings
+/// with [`LeaseStore::check_settings`], make the shared [`GrantedLease`], wrap it).
 #[macro_export]
 macro_rules! lease_handle {
+    ($(#[$doc:meta])* $name:ident, $store:ty, provided by $provider:ty => $field:ident) => {
+        $crate::lease_handle!($(#[$doc])* $name, $store);
+
+        impl $provider {
+            /// A handle to lease `name` that acquires as `owner` (what `LeaseProvider::lease`
+            /// answers, with its concrete type). Creating it does no I/O; settings the store
+            /// cannot honour are refused with `LeaseError::Settings`, names or owners outside
+            /// the limits with `LeaseError::Invalid`.
+            pub fn handle(
+                &self,
+                name: &str,
+                owner: &str,
+                settings: &$crate::lease::LeaseSettings,
+            ) -> Result<::std::sync::Arc<$name>, $crate::lease::LeaseError> {
+                $crate::lease::store::LeaseStore::check_settings(&*self.$field, name, settings)?;
+                Ok(::std::sync::Arc::new($name($crate::lease::store::GrantedLease::new(
+                    ::std::sync::Arc::clone(&self.$field),
+                    name,
+                    owner,
+                    *settings,
+                )?)))
+            }
+        }
+
+        impl $crate::lease::LeaseProvider for $provider {
+            fn lease(
+                &self,
+                name: &str,
+                owner: &str,
+                settings: &$crate::lease::LeaseSettings,
+            ) -> Result<::std::sync::Arc<dyn $crate::lease::Lease>, $crate::lease::LeaseError> {
+                Ok(self.handle(name, owner, settings)?)
+            }
+        }
+    };
     ($(#[$doc:meta])* $name:ident, $store:ty) => {
         $(#[$doc])*
         #[derive(Debug)]
