@@ -222,6 +222,10 @@ impl AgentBuilder {
             )?),
             None => None,
         };
+        let report_spool = config.report_spool();
+        if let Some(spool) = &report_spool {
+            reporter::spool_file::prepare(&spool.dir)?;
+        }
         // Bind the management listener first: a taken port fails the start before the node
         // joins anything.
         let management_listener = tokio::net::TcpListener::bind(config.management_bind)
@@ -332,6 +336,7 @@ impl AgentBuilder {
                 );
                 let settings = reporter::ReporterSettings {
                     flush_interval: Duration::from_millis(config.report_interval_ms.max(10)),
+                    spool: report_spool,
                     ..reporter::ReporterSettings::default()
                 };
                 reporter::start(&system, &cluster, shipper, settings)
@@ -603,7 +608,14 @@ impl Agent {
             phase = next;
             for action in actions {
                 match action {
-                    Action::Drain => self.health.drain("shutting down"),
+                    Action::Drain => {
+                        self.health.drain("shutting down");
+                        // After the health change, so the draining report is the first the
+                        // spool holds.
+                        if let Some(reporter) = &self.reporter {
+                            reporter.shutting_down();
+                        }
+                    }
                     Action::StartDrainDelay => {
                         drain_at = Some(tokio::time::Instant::now() + self.drain_delay);
                     }
@@ -611,7 +623,12 @@ impl Agent {
                         self.cluster.leave();
                         leave_deadline = Some(tokio::time::Instant::now() + self.leave_timeout);
                     }
-                    Action::Fence(reason) => self.health.fence(&reason),
+                    Action::Fence(reason) => {
+                        self.health.fence(&reason);
+                        if let Some(reporter) = &self.reporter {
+                            reporter.shutting_down();
+                        }
+                    }
                     Action::StopActors => {
                         leave_deadline = None;
                         let system = self.system.clone();
@@ -622,9 +639,14 @@ impl Agent {
                         let limit = self.flush_timeout;
                         flushing = Some(tokio::spawn(async move {
                             match reporter {
-                                Some(reporter) => {
-                                    tokio::time::timeout(limit, reporter.stop()).await.is_ok()
-                                }
+                                // The reporter keeps to the limit itself and then makes the
+                                // spool durable; the margin only guards against a stuck disk.
+                                Some(reporter) => tokio::time::timeout(
+                                    limit + Duration::from_secs(5),
+                                    reporter.stop_within(limit),
+                                )
+                                .await
+                                .unwrap_or(false),
                                 None => true,
                             }
                         }));

@@ -263,6 +263,22 @@ pub struct AgentConfig {
     /// Milliseconds between report batches.
     #[arg(long, env = "TROUPE_REPORT_INTERVAL_MS", default_value_t = 500)]
     pub report_interval_ms: u64,
+    /// Directory where report batches not delivered within --flush-timeout-ms wait for the
+    /// next start of this node (same --system and advertised host:port), which delivers
+    /// them first, in order; one JSON-lines file per node, created if missing. From SIGTERM
+    /// (or a fence) on, everything reported is written there and fsynced before it is sent,
+    /// so a SIGKILL during the shutdown loses nothing either. In Kubernetes mount an emptyDir
+    /// (it survives container restarts) or a volume. Unset (the default): no spool, and what
+    /// the flush timeout cuts off is logged as lost.
+    #[arg(long, env = "TROUPE_REPORT_SPOOL_DIR")]
+    pub report_spool_dir: Option<std::path::PathBuf>,
+    /// The most bytes this node's spool file may take, 65536 to 1073741824; when full, the
+    /// oldest batches are dropped, counted in the next report and on /metrics [default:
+    /// 16777216 (16 MiB)].
+    // As above: clap's `[default: …]` notation in --help.
+    #[allow(rustdoc::broken_intra_doc_links)]
+    #[arg(long, env = "TROUPE_REPORT_SPOOL_MAX_BYTES")]
+    pub report_spool_max_bytes: Option<u64>,
     /// Run the demo workload: a singleton job scheduler sending jobs through a cluster router
     /// to a compute worker on every node, with an occasional dead letter. Start it on every
     /// node of the cluster.
@@ -284,6 +300,13 @@ pub struct AgentConfig {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct ConfigError(pub String);
+
+/// `--report-spool-max-bytes` when unset: 16 MiB, a few full batches.
+pub const DEFAULT_REPORT_SPOOL_MAX_BYTES: u64 = 16 * 1024 * 1024;
+/// The smallest `--report-spool-max-bytes`.
+pub const MIN_REPORT_SPOOL_MAX_BYTES: u64 = 64 * 1024;
+/// The largest `--report-spool-max-bytes`: the spool is read into memory at start.
+pub const MAX_REPORT_SPOOL_MAX_BYTES: u64 = 1024 * 1024 * 1024;
 
 fn refuse<T>(message: impl Into<String>) -> Result<T, ConfigError> {
     Err(ConfigError(message.into()))
@@ -422,6 +445,19 @@ impl AgentConfig {
         Duration::from_millis(self.flush_timeout_ms)
     }
 
+    /// The report spool's settings, when `--report-spool-dir` is set.
+    #[must_use]
+    pub fn report_spool(&self) -> Option<crate::reporter::spool_file::SpoolSettings> {
+        self.report_spool_dir
+            .clone()
+            .map(|dir| crate::reporter::spool_file::SpoolSettings {
+                dir,
+                max_bytes: self
+                    .report_spool_max_bytes
+                    .unwrap_or(DEFAULT_REPORT_SPOOL_MAX_BYTES),
+            })
+    }
+
     /// Check the settings against each other. Every refusal names the flags involved (and
     /// their environment variables) and says what is allowed.
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -446,6 +482,37 @@ impl AgentConfig {
                          (TROUPE_CONTROL_PLANE_URL), an https:// URL",
                     );
                 }
+            }
+        }
+        if let Some(max) = self.report_spool_max_bytes {
+            if self.report_spool_dir.is_none() {
+                return refuse(
+                    "--report-spool-max-bytes (TROUPE_REPORT_SPOOL_MAX_BYTES) bounds the report \
+                     spool, which needs --report-spool-dir (TROUPE_REPORT_SPOOL_DIR). Set the \
+                     directory, or remove --report-spool-max-bytes",
+                );
+            }
+            if !(MIN_REPORT_SPOOL_MAX_BYTES..=MAX_REPORT_SPOOL_MAX_BYTES).contains(&max) {
+                return refuse(format!(
+                    "--report-spool-max-bytes (TROUPE_REPORT_SPOOL_MAX_BYTES) must be between \
+                     {MIN_REPORT_SPOOL_MAX_BYTES} and {MAX_REPORT_SPOOL_MAX_BYTES} bytes, got {max}"
+                ));
+            }
+        }
+        if let Some(dir) = &self.report_spool_dir {
+            if self.control_plane.is_none() {
+                return refuse(format!(
+                    "--report-spool-dir (TROUPE_REPORT_SPOOL_DIR) {} keeps undelivered reports, \
+                     which needs --control-plane (TROUPE_CONTROL_PLANE_URL) to report to. Set \
+                     it, or remove --report-spool-dir",
+                    dir.display()
+                ));
+            }
+            if dir.as_os_str().is_empty() {
+                return refuse(
+                    "--report-spool-dir (TROUPE_REPORT_SPOOL_DIR) is empty; give a directory \
+                     path, or leave it unset for no spool",
+                );
             }
         }
         let membership = self.membership;

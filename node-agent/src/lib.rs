@@ -66,6 +66,9 @@ pub enum AgentError {
     /// The control plane's CA file (`--control-plane-ca`) is unusable.
     #[error(transparent)]
     Reporter(#[from] reporter::shipper::ShipperError),
+    /// The report spool directory (`--report-spool-dir`) is unusable.
+    #[error(transparent)]
+    Spool(#[from] reporter::spool_file::SpoolDirError),
     /// The demo workload could not start.
     #[error(transparent)]
     Demo(#[from] demo::DemoError),

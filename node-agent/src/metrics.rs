@@ -614,6 +614,65 @@ impl TransportMetrics {
     }
 }
 
+/// The report spool's metrics (`troupe_agent_reporter_spool_*`).
+#[derive(Debug)]
+struct SpoolMetrics {
+    batches: Gauge,
+    bytes: Gauge,
+    lost: Counter,
+    replayed: Counter,
+    write_errors: Counter,
+}
+
+impl SpoolMetrics {
+    fn register(registry: &mut Registry) -> Self {
+        let metrics = Self {
+            batches: Gauge::default(),
+            bytes: Gauge::default(),
+            lost: Counter::default(),
+            replayed: Counter::default(),
+            write_errors: Counter::default(),
+        };
+        registry.register(
+            "troupe_agent_reporter_spool_batches",
+            "Report batches held in the report spool (--report-spool-dir), waiting for delivery",
+            metrics.batches.clone(),
+        );
+        registry.register(
+            "troupe_agent_reporter_spool_bytes",
+            "Bytes the held batches take in the spool file",
+            metrics.bytes.clone(),
+        );
+        registry.register(
+            "troupe_agent_reporter_spool_lost_batches",
+            "Report batches the spool gave up: dropped oldest-first when full, refused as bad input on replay, or torn or unreadable in the file (their items also count in troupe_agent_reporter_dropped)",
+            metrics.lost.clone(),
+        );
+        registry.register(
+            "troupe_agent_reporter_spool_replayed_batches",
+            "Report batches of an earlier run of this node, read from the spool, that the control plane acknowledged",
+            metrics.replayed.clone(),
+        );
+        registry.register(
+            "troupe_agent_reporter_spool_write_errors",
+            "Writes to the spool file that failed (the batches stayed in memory only)",
+            metrics.write_errors.clone(),
+        );
+        metrics
+    }
+
+    fn observe(&self, stats: &crate::reporter::ReporterStats) {
+        let load = |v: &std::sync::atomic::AtomicU64| v.load(std::sync::atomic::Ordering::Relaxed);
+        self.batches
+            .set(i64::try_from(load(&stats.spool_batches)).unwrap_or(i64::MAX));
+        self.bytes
+            .set(i64::try_from(load(&stats.spool_bytes)).unwrap_or(i64::MAX));
+        catch_up(&self.lost, load(&stats.spool_lost));
+        catch_up(&self.replayed, load(&stats.spool_replayed));
+        catch_up(&self.write_errors, load(&stats.spool_write_errors));
+    }
+}
+
 /// A path whose mailbox depth is exported: alone (one series per path), or as a routee of
 /// `router` (summed into one series per router).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -639,6 +698,7 @@ pub struct AgentMetrics {
     batches_failed: Counter,
     batches_refused: Counter,
     events_buffered: Counter,
+    spool: SpoolMetrics,
     leader_changes: Counter,
     singletons: SingletonMetrics,
     transport: TransportMetrics,
@@ -746,6 +806,7 @@ impl AgentMetrics {
             "Events handed to the reporter's buffer",
             events_buffered.clone(),
         );
+        let spool = SpoolMetrics::register(&mut registry);
         let leader_changes = Counter::default();
         registry.register(
             "troupe_agent_leader_changes",
@@ -792,6 +853,7 @@ impl AgentMetrics {
             batches_failed,
             batches_refused,
             events_buffered,
+            spool,
             leader_changes,
             singletons,
             transport,
@@ -943,6 +1005,7 @@ impl AgentMetrics {
         catch_up(&self.batches_failed, load(&stats.failed_attempts));
         catch_up(&self.batches_refused, load(&stats.batches_refused));
         catch_up(&self.events_buffered, load(&stats.events_buffered));
+        self.spool.observe(stats);
         let occupancy = reporter.occupancy();
         for (kind, items) in BUFFER_KINDS
             .into_iter()

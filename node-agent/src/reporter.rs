@@ -33,6 +33,7 @@ pub mod convert;
 pub mod runtime_events;
 pub mod shipper;
 pub mod spool;
+pub mod spool_file;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -49,6 +50,8 @@ use troupe_protocol::{AgentHealth, DepthSample, DepthTick, Event, EventBody, Hea
 use buffer::{BufferLimits, ReportBuffer};
 use runtime_events::RuntimeEvents;
 use shipper::Shipper;
+use spool::{BatchKey, SpoolLoss};
+use spool_file::{SpoolFile, SpoolSettings};
 
 /// Settings of the reporter.
 #[derive(Debug, Clone)]
@@ -62,6 +65,9 @@ pub struct ReporterSettings {
     pub heartbeat_interval: Duration,
     /// Buffer limits.
     pub limits: BufferLimits,
+    /// Where batches that could not be delivered before a stop wait for the next start of
+    /// this node (`--report-spool-dir`); `None`: in memory only, lost (and logged) at exit.
+    pub spool: Option<SpoolSettings>,
 }
 
 impl Default for ReporterSettings {
@@ -71,6 +77,7 @@ impl Default for ReporterSettings {
             depth_interval: Duration::from_secs(1),
             heartbeat_interval: Duration::from_secs(2),
             limits: BufferLimits::default(),
+            spool: None,
         }
     }
 }
@@ -86,6 +93,17 @@ pub struct ReporterStats {
     pub batches_refused: AtomicU64,
     /// Events handed to the buffer.
     pub events_buffered: AtomicU64,
+    /// Batches of an earlier run of this node, read from the spool, that the server
+    /// acknowledged.
+    pub spool_replayed: AtomicU64,
+    /// Batches held in the spool now.
+    pub spool_batches: AtomicU64,
+    /// Bytes they take.
+    pub spool_bytes: AtomicU64,
+    /// Batches the spool gave up since start (full, refused, torn or unreadable lines).
+    pub spool_lost: AtomicU64,
+    /// Spool writes that failed.
+    pub spool_write_errors: AtomicU64,
 }
 
 /// The buffer's fill and cumulative drops, for `/metrics`.
@@ -105,7 +123,13 @@ enum Command {
     Health(AgentHealth, Option<String>),
     Event(EventBody),
     WatchDepth(String),
-    Stop(oneshot::Sender<()>),
+    /// The process is on its way out: from now on every batch goes to the spool first.
+    ShuttingDown,
+    /// Deliver (or spool) everything and stop; answers whether everything was delivered.
+    Stop {
+        deadline: tokio::time::Instant,
+        done: oneshot::Sender<bool>,
+    },
 }
 
 /// A running reporter.
@@ -172,12 +196,29 @@ impl ReporterHandle {
         }
     }
 
-    /// Ship everything buffered (retrying until the control plane accepts it; bound the wait
-    /// with a timeout) and stop.
+    /// The process is on its way out (draining or fenced): from now on everything reported
+    /// is written to the spool (and fsynced) before it is sent, so a kill during the shutdown
+    /// loses nothing the spool could hold.
+    pub fn shutting_down(&self) {
+        let _ = self.commands.send(Command::ShuttingDown);
+    }
+
+    /// Ship everything buffered, retrying until the control plane accepts it, and stop.
     pub async fn stop(&self) {
-        let (tx, rx) = oneshot::channel();
-        if self.commands.send(Command::Stop(tx)).is_ok() {
-            let _ = rx.await;
+        self.stop_within(Duration::from_secs(86_400)).await;
+    }
+
+    /// Ship everything buffered (and anything an earlier run spooled), retrying for at most
+    /// `limit`; what is still undelivered then stays in the spool for the next start of this
+    /// node (without `--report-spool-dir`: is logged as lost). Answers whether everything
+    /// was delivered.
+    pub async fn stop_within(&self, limit: Duration) -> bool {
+        let (done, answer) = oneshot::channel();
+        let deadline = tokio::time::Instant::now() + limit;
+        if self.commands.send(Command::Stop { deadline, done }).is_ok() {
+            answer.await.unwrap_or(false)
+        } else {
+            false
         }
     }
 }
@@ -197,6 +238,101 @@ fn refused(
         %error,
         "the control plane refused a report batch as bad input; dropped it (its items are counted as dropped) and reporting goes on"
     );
+}
+
+/// What one attempt to deliver the spool's oldest batch came to.
+enum Attempt {
+    /// The server acknowledged it.
+    Delivered(troupe_protocol::IngestAck),
+    /// The server refused it as bad input: given up, counted.
+    Refused,
+    /// It got no acknowledgement; it stays first in line.
+    Failed(shipper::ShipError),
+    /// The spool is empty.
+    Nothing,
+}
+
+/// The spool's counters, for `/metrics`.
+fn sync_spool_stats(stats: &ReporterStats, file: &SpoolFile) {
+    let spool = file.spool();
+    stats
+        .spool_batches
+        .store(spool.len() as u64, Ordering::Relaxed);
+    stats.spool_bytes.store(spool.bytes(), Ordering::Relaxed);
+    stats
+        .spool_lost
+        .store(spool.lost_total().batches, Ordering::Relaxed);
+    stats
+        .spool_write_errors
+        .store(file.write_errors(), Ordering::Relaxed);
+}
+
+/// Count what the spool gave up while this process still reports: the next batch carries it.
+fn count_spool_loss(buffer: &Mutex<ReportBuffer>, loss: SpoolLoss) {
+    if !loss.is_empty() {
+        buffer.lock().spool_lost(loss.batches, loss.items);
+    }
+}
+
+/// Move everything buffered into the spool and make it durable: the shutdown path, so that a
+/// kill from now on loses nothing the spool can hold.
+fn hand_over(buffer: &Mutex<ReportBuffer>, shipper: &Shipper, file: &mut SpoolFile) {
+    let taken = buffer.lock().take_all();
+    if taken.is_empty() {
+        return;
+    }
+    let now = now_ms();
+    for pending in &taken {
+        file.step(spool::Event::Append(Box::new(shipper.batch(pending, now))));
+    }
+    file.step(spool::Event::Persist);
+}
+
+/// Send the spool's oldest batch once: as it was cut (its own identity and sequence, an
+/// earlier incarnation's for a replay), with the time of this attempt.
+async fn send_spooled(
+    file: &mut SpoolFile,
+    shipper: &Shipper,
+    buffer: &Mutex<ReportBuffer>,
+    stats: &ReporterStats,
+) -> Attempt {
+    let Some(mut batch) = file.spool().front().cloned() else {
+        return Attempt::Nothing;
+    };
+    batch.sent_at_ms = now_ms();
+    let key = BatchKey::of(&batch);
+    let outcome = match shipper.post(&batch).await {
+        Ok(ack) => {
+            if batch.identity.incarnation == shipper.identity().incarnation {
+                stats.batches_acknowledged.fetch_add(1, Ordering::Relaxed);
+            } else {
+                stats.spool_replayed.fetch_add(1, Ordering::Relaxed);
+            }
+            file.step(spool::Event::Acknowledged(key));
+            Attempt::Delivered(ack)
+        }
+        Err(error) if error.is_bad_input() => {
+            stats.batches_refused.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                incarnation = key.incarnation,
+                sequence = key.sequence,
+                %error,
+                "the control plane refused a spooled report batch as bad input; gave it up (counted as lost)"
+            );
+            let loss = file.step(spool::Event::Refused(key));
+            count_spool_loss(buffer, loss);
+            Attempt::Refused
+        }
+        Err(error) => {
+            stats.failed_attempts.fetch_add(1, Ordering::Relaxed);
+            Attempt::Failed(error)
+        }
+    };
+    if file.spool().is_empty() {
+        file.step(spool::Event::Persist);
+    }
+    sync_spool_stats(stats, file);
+    outcome
 }
 
 /// Carry out a member operation an operator queued on the control plane.
@@ -252,7 +388,15 @@ pub fn start(
     let mut runtime_events = RuntimeEvents::new();
     let cluster = cluster.clone();
     let system = system.clone();
+    let (mut spool_file, loaded_loss) = SpoolFile::open(
+        settings.spool.as_ref(),
+        &shipper.identity().cluster,
+        &shipper.identity().node,
+    );
+    count_spool_loss(&buffer, loaded_loss);
+    sync_spool_stats(&stats, &spool_file);
     tokio::spawn(async move {
+        let mut shutting_down = false;
         let mut flush = tokio::time::interval(settings.flush_interval);
         flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut depth = tokio::time::interval(settings.depth_interval);
@@ -279,7 +423,15 @@ pub fn start(
                             watched.push(path);
                         }
                     }
-                    Some(Command::Stop(done)) => {
+                    Some(Command::ShuttingDown) => {
+                        if !shutting_down {
+                            shutting_down = true;
+                            spool_file.step(spool::Event::ShuttingDown);
+                        }
+                        hand_over(&buffer, &shipper, &mut spool_file);
+                        sync_spool_stats(&stats, &spool_file);
+                    }
+                    Some(Command::Stop { deadline, done }) => {
                         // What already happened but still waits in a subscription goes into the
                         // last reports too (the node's own removal, its singleton stopping).
                         while let Some(notification) = cluster_events.try_recv() {
@@ -300,15 +452,23 @@ pub fn start(
                                 push(event);
                             }
                         }
-                        // Ship all of it, retrying; the caller bounds how long
-                        // (`--flush-timeout-ms`).
-                        loop {
-                            let batch = buffer.lock().next_batch().cloned();
-                            let Some(batch) = batch else { break };
-                            match shipper.ship(&batch, now_ms()).await {
-                                Ok(ack) => {
-                                    buffer.lock().acknowledged(batch.sequence);
-                                    stats.batches_acknowledged.fetch_add(1, Ordering::Relaxed);
+                        if !shutting_down {
+                            spool_file.step(spool::Event::ShuttingDown);
+                        }
+                        // Everything into the spool (durable) first, then deliver it in
+                        // order, retrying until the deadline (`--flush-timeout-ms`).
+                        hand_over(&buffer, &shipper, &mut spool_file);
+                        let delivered = loop {
+                            if spool_file.spool().is_empty() {
+                                break true;
+                            }
+                            let attempt = tokio::time::timeout_at(
+                                deadline,
+                                send_spooled(&mut spool_file, &shipper, &buffer, &stats),
+                            );
+                            match attempt.await {
+                                Err(_) => break false,
+                                Ok(Attempt::Delivered(ack)) => {
                                     for operation in &ack.operations {
                                         tracing::warn!(
                                             id = operation.id,
@@ -318,17 +478,42 @@ pub fn start(
                                         );
                                     }
                                 }
-                                Err(error) if error.is_bad_input() => {
-                                    refused(&buffer, &stats, batch.sequence, &error);
-                                }
-                                Err(error) => {
-                                    stats.failed_attempts.fetch_add(1, Ordering::Relaxed);
+                                Ok(Attempt::Refused | Attempt::Nothing) => {}
+                                Ok(Attempt::Failed(error)) => {
                                     tracing::debug!(%error, "last report batch not accepted; retrying");
-                                    tokio::time::sleep(Duration::from_millis(200)).await;
+                                    let pause = tokio::time::Instant::now() + Duration::from_millis(200);
+                                    tokio::time::sleep_until(pause.min(deadline)).await;
+                                    if tokio::time::Instant::now() >= deadline {
+                                        break false;
+                                    }
                                 }
                             }
+                        };
+                        // The file now holds exactly what is undelivered (nothing: removed).
+                        spool_file.step(spool::Event::Persist);
+                        sync_spool_stats(&stats, &spool_file);
+                        if !delivered {
+                            let held = spool_file.spool().held();
+                            match spool_file.path() {
+                                Some(path) if spool_file.write_errors() == 0 => tracing::info!(
+                                    batches = held.batches,
+                                    events = held.items.total() - held.items.depth_samples,
+                                    path = %path.display(),
+                                    "report batches not delivered within --flush-timeout-ms are spooled; the next start of this node delivers them"
+                                ),
+                                _ => tracing::warn!(
+                                    batches = held.batches,
+                                    membership = held.items.membership,
+                                    singleton = held.items.singleton,
+                                    router = held.items.router,
+                                    dead_letters = held.items.dead_letters,
+                                    health = held.items.health,
+                                    depth_samples = held.items.depth_samples,
+                                    "report batches not delivered within --flush-timeout-ms are lost (--report-spool-dir keeps them for the next start of this node)"
+                                ),
+                            }
                         }
-                        let _ = done.send(());
+                        let _ = done.send(delivered);
                         return;
                     }
                     None => return,
@@ -370,6 +555,33 @@ pub fn start(
                 _ = flush.tick() => {
                     if tokio::time::Instant::now() < retry_at {
                         continue;
+                    }
+                    if shutting_down {
+                        hand_over(&buffer, &shipper, &mut spool_file);
+                    }
+                    // The spool goes first: an earlier run's batches (and, while shutting
+                    // down, everything) are delivered in the order they were cut.
+                    match send_spooled(&mut spool_file, &shipper, &buffer, &stats).await {
+                        Attempt::Nothing => {}
+                        Attempt::Delivered(ack) => {
+                            last_shipped = tokio::time::Instant::now();
+                            for operation in &ack.operations {
+                                carry_out(&cluster, operation);
+                            }
+                            backoff = Duration::ZERO;
+                            continue;
+                        }
+                        Attempt::Refused => {
+                            last_shipped = tokio::time::Instant::now();
+                            backoff = Duration::ZERO;
+                            continue;
+                        }
+                        Attempt::Failed(error) => {
+                            backoff = (backoff * 2).clamp(Duration::from_millis(250), Duration::from_secs(10));
+                            retry_at = tokio::time::Instant::now() + backoff;
+                            tracing::debug!(%error, retry_in = ?backoff, "spooled report batch not accepted; will retry");
+                            continue;
+                        }
                     }
                     let heartbeat_due = last_shipped.elapsed() >= settings.heartbeat_interval;
                     let batch = {

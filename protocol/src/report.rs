@@ -7,6 +7,8 @@
 //! # Dropped counts
 //! [`DroppedCounts`] are running totals since the agent's incarnation started, not deltas, so a
 //! lost or retried batch cannot lose or double a count: the server keeps the latest totals.
+//! What an agent's report spool gave up of an earlier incarnation's batches (see the agent's
+//! `reporter/spool.rs`) is counted by the incarnation that found out, in its own totals.
 
 use serde::{Deserialize, Serialize};
 
@@ -104,10 +106,18 @@ pub struct DroppedCounts {
     #[serde(default, with = "crate::wire::u64_string")]
     #[cfg_attr(feature = "openapi", schema(value_type = crate::wire::schema::U64Input))]
     pub depth_samples: u64,
+    /// Whole report batches of this node given up by its report spool (pushed out when the
+    /// spool was full, refused as bad input on replay, or torn or unreadable in the spool
+    /// file), of this incarnation or an earlier one of the same node; the items of those it
+    /// could read are counted by kind above too. Not part of [`DroppedCounts::total`], which
+    /// counts items.
+    #[serde(default, with = "crate::wire::u64_string")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::wire::schema::U64Input))]
+    pub spool_batches: u64,
 }
 
 impl DroppedCounts {
-    /// Everything dropped, all kinds together.
+    /// Every item dropped, all kinds together (whole batches, `spool_batches`, apart).
     #[must_use]
     pub fn total(&self) -> u64 {
         self.membership

@@ -60,6 +60,7 @@ store_suite!(
     a_removed_incarnations_unreachability_goes_with_it,
     a_members_status_never_moves_back_in_its_lifecycle,
     an_agents_later_batch_wins_whatever_its_times_say_and_future_times_are_clamped,
+    a_replayed_batch_of_an_older_incarnation_is_history_and_leaves_the_newer_ones_state,
 );
 
 async fn cluster_id(store: &Store, name: &str) -> i64 {
@@ -915,4 +916,119 @@ async fn an_agents_later_batch_wins_whatever_its_times_say_and_future_times_are_
     let agents = store.agents(cid).await.unwrap();
     let c = agents.iter().find(|a| a.node == "c:1").unwrap();
     assert_eq!(c.clock_skew_ms, ten_years, "the skew is recorded");
+}
+
+/// Issue 14's reports lost on stop: an agent stopped while the server was away spools its last
+/// batch (draining, its own leave and removal, its singleton stopping, a leader change) and
+/// the next start of the node replays it with the old incarnation and sequence, possibly
+/// after the new incarnation reported. The replay is stored as the old incarnation's history
+/// and closes what it left open; it never changes the newer incarnation's current state (its
+/// health, its member row, the singleton it hosts now, the leader it reported), in either
+/// arrival order; a second replay is a duplicate.
+async fn a_replayed_batch_of_an_older_incarnation_is_history_and_leaves_the_newer_ones_state(
+    store: &Store,
+) {
+    use troupe_protocol::{AgentHealth, HealthChange};
+    let health = |h| {
+        EventBody::AgentHealthChanged(HealthChange {
+            health: h,
+            reason: None,
+        })
+    };
+    let leader = |l: &str| {
+        EventBody::LeaderChanged(LeaderChange {
+            leader: Some(l.into()),
+        })
+    };
+    for (cluster, replay_first) in [("replay-first", true), ("replay-last", false)] {
+        let old_running = BatchBuilder::new(cluster, "a:1", 1)
+            .incarnation(1)
+            .event(1, health(AgentHealth::Ready))
+            .member_incarnation(2, EventBody::MemberUp, "a:1", 1, MemberStatus::Up, &[])
+            .event(3, EventBody::SingletonStarted(instance("a:1")))
+            .event(4, leader("a:1"))
+            .build();
+        let old_spooled = BatchBuilder::new(cluster, "a:1", 2)
+            .incarnation(1)
+            .event(50, health(AgentHealth::Draining))
+            .member_incarnation(
+                51,
+                EventBody::MemberLeft,
+                "a:1",
+                1,
+                MemberStatus::Leaving,
+                &[],
+            )
+            .event(52, EventBody::SingletonStopped(instance("a:1")))
+            .event(53, leader("b:1"))
+            .member_incarnation(
+                54,
+                EventBody::MemberRemoved,
+                "a:1",
+                1,
+                MemberStatus::Removed,
+                &[],
+            )
+            .build();
+        let new_running = BatchBuilder::new(cluster, "a:1", 1)
+            .incarnation(2)
+            .event(100, health(AgentHealth::Ready))
+            .member_incarnation(101, EventBody::MemberUp, "a:1", 2, MemberStatus::Up, &[])
+            .event(102, EventBody::SingletonStarted(instance("a:1")))
+            .event(103, leader("a:1"))
+            .build();
+        store.ingest(&old_running, 10).await.unwrap();
+        if replay_first {
+            store.ingest(&old_spooled, 200).await.unwrap();
+            store.ingest(&new_running, 201).await.unwrap();
+        } else {
+            store.ingest(&new_running, 200).await.unwrap();
+            store.ingest(&old_spooled, 201).await.unwrap();
+        }
+        let again = store.ingest(&old_spooled, 202).await.unwrap();
+        assert!(again.duplicate, "{cluster}: a second replay is a duplicate");
+        let cid = cluster_id(store, cluster).await;
+
+        let agents = store.agents(cid).await.unwrap();
+        let health_of = |incarnation| {
+            agents
+                .iter()
+                .find(|a| a.incarnation == incarnation)
+                .and_then(|a| a.health.clone())
+        };
+        assert_eq!(
+            health_of(1).as_deref(),
+            Some("draining"),
+            "{cluster}: the old one is no longer ready"
+        );
+        assert_eq!(health_of(2).as_deref(), Some("ready"), "{cluster}");
+
+        let members = store.members(cid).await.unwrap();
+        let current: Vec<_> = members
+            .iter()
+            .map(|m| (m.address.as_str(), m.uid, m.status.as_str()))
+            .collect();
+        assert_eq!(current, [("a:1", 2, "up")], "{cluster}");
+        let all = store.member_incarnations(cid).await.unwrap();
+        let all: Vec<_> = all.iter().map(|m| (m.uid, m.status.as_str())).collect();
+        assert_eq!(all, [(1, "removed"), (2, "up")], "{cluster}");
+
+        let singleton = &store.singletons(cid).await.unwrap()[0];
+        assert_eq!(
+            singleton.host.as_deref(),
+            Some("a:1"),
+            "{cluster}: the new incarnation's instance stays open"
+        );
+        let cluster_row = store.cluster(cluster).await.unwrap().unwrap();
+        assert_eq!(cluster_row.leader.as_deref(), Some("a:1"), "{cluster}");
+
+        // The replay is history: the old incarnation's stop is there, under its incarnation.
+        let events = store.events(cid, &all_events()).await.unwrap();
+        assert!(
+            events
+                .iter()
+                .any(|e| e.kind == "SingletonStopped" && e.incarnation == 1 && e.at_ms == 52),
+            "{cluster}: {events:?}"
+        );
+    }
 }

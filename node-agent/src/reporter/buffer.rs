@@ -90,6 +90,7 @@ fn drops_since(total: DroppedCounts, before: DroppedCounts) -> DroppedCounts {
         dead_letters: total.dead_letters - before.dead_letters,
         health: total.health - before.health,
         depth_samples: total.depth_samples - before.depth_samples,
+        spool_batches: total.spool_batches - before.spool_batches,
     }
 }
 
@@ -223,6 +224,32 @@ impl ReportBuffer {
         self.drops_unsent = true;
         self.refused_batches += 1;
         pending.events.len() as u64 + samples
+    }
+
+    /// Cut everything queued into batches and hand them over, the one in flight first: the
+    /// report spool takes them while the process stops. The buffer keeps counting drops; the
+    /// next batch it cuts follows the last one handed over.
+    pub fn take_all(&mut self) -> Vec<Pending> {
+        let mut taken = Vec::new();
+        while let Some(pending) = self.cut(false).cloned() {
+            self.in_flight = None;
+            taken.push(pending);
+        }
+        taken
+    }
+
+    /// Count what the report spool gave up (this node's batches, of this incarnation or an
+    /// earlier one): items by kind, and whole batches; the next batch reports them.
+    pub fn spool_lost(&mut self, batches: u64, items: DroppedCounts) {
+        let d = &mut self.dropped;
+        d.membership += items.membership;
+        d.singleton += items.singleton;
+        d.router += items.router;
+        d.dead_letters += items.dead_letters;
+        d.health += items.health;
+        d.depth_samples += items.depth_samples;
+        d.spool_batches += batches;
+        self.drops_unsent = true;
     }
 
     /// Batches the server refused as bad input, since the buffer was made.
@@ -416,6 +443,37 @@ mod tests {
         assert_eq!(buffer.unreported_drops().total(), 0);
         assert_eq!(buffer.total_drops().total(), 4);
         assert!(buffer.next_batch().is_none(), "nothing more to say");
+    }
+
+    #[test]
+    fn take_all_hands_over_every_batch_in_order_the_one_in_flight_first() {
+        let mut buffer = ReportBuffer::new(BufferLimits {
+            items: 100,
+            batch_events: 2,
+        });
+        buffer.push_event(leader(1));
+        let in_flight = buffer.next_batch().cloned().unwrap();
+        for n in 2..=6 {
+            buffer.push_event(leader(n));
+        }
+        let taken = buffer.take_all();
+        let sequences: Vec<u64> = taken.iter().map(|p| p.sequence).collect();
+        assert_eq!(sequences, [1, 2, 3, 4]);
+        assert_eq!(taken[0], in_flight);
+        let events: Vec<Event> = taken.into_iter().flat_map(|p| p.events).collect();
+        assert_eq!(events, (1..=6).map(leader).collect::<Vec<_>>());
+        assert!(buffer.take_all().is_empty() && buffer.next_batch().is_none());
+        // What the spool gave up is reported by the next batch, after the ones handed over.
+        buffer.spool_lost(
+            2,
+            DroppedCounts {
+                singleton: 3,
+                ..DroppedCounts::default()
+            },
+        );
+        let next = buffer.next_batch().cloned().unwrap();
+        assert_eq!(next.sequence, 5);
+        assert_eq!((next.dropped.spool_batches, next.dropped.singleton), (2, 3));
     }
 
     proptest! {

@@ -111,6 +111,12 @@ pub struct Shipper {
 }
 
 impl Shipper {
+    /// Who this shipper reports as.
+    #[must_use]
+    pub fn identity(&self) -> &AgentIdentity {
+        &self.identity
+    }
+
     /// A shipper posting to `<base>/api/v1/ingest` with `token`.
     ///
     /// # Panics
@@ -140,9 +146,10 @@ impl Shipper {
         }
     }
 
-    /// Post one batch; `Ok` once the server acknowledged it (stored now, or before).
-    pub async fn ship(&self, pending: &Pending, sent_at_ms: i64) -> Result<IngestAck, ShipError> {
-        let batch = ReportBatch {
+    /// The wire batch of `pending`, sent at `sent_at_ms`, as this agent.
+    #[must_use]
+    pub fn batch(&self, pending: &Pending, sent_at_ms: i64) -> ReportBatch {
+        ReportBatch {
             version: PROTOCOL_VERSION,
             identity: self.identity.clone(),
             sequence: pending.sequence,
@@ -150,13 +157,25 @@ impl Shipper {
             events: pending.events.clone(),
             depth_samples: pending.depth_ticks.clone(),
             dropped: pending.dropped,
-        };
-        let span = telemetry::report_span(&self.url, &self.identity, pending.sequence);
+        }
+    }
+
+    /// Post one batch; `Ok` once the server acknowledged it (stored now, or before).
+    pub async fn ship(&self, pending: &Pending, sent_at_ms: i64) -> Result<IngestAck, ShipError> {
+        self.post(&self.batch(pending, sent_at_ms)).await
+    }
+
+    /// Post `batch` as it is (a spooled one keeps the identity and sequence it was cut with,
+    /// so the server stores it once however often it arrives).
+    pub async fn post(&self, batch: &ReportBatch) -> Result<IngestAck, ShipError> {
+        let pending_sequence = batch.sequence;
+        let identity = &batch.identity;
+        let span = telemetry::report_span(&self.url, identity, pending_sequence);
         let mut request = self
             .client
             .post(&self.url)
             .bearer_auth(&self.token)
-            .json(&batch);
+            .json(batch);
         for (name, value) in trace_headers(&span) {
             request = request.header(name, value);
         }

@@ -80,7 +80,8 @@ impl SpoolLoss {
         self.batches == 0 && self.items.total() == 0
     }
 
-    fn add(&mut self, other: SpoolLoss) {
+    /// Add `other` to this.
+    pub fn add(&mut self, other: SpoolLoss) {
         self.batches += other.batches;
         let (a, b) = (&mut self.items, other.items);
         a.membership += b.membership;
@@ -133,7 +134,7 @@ pub enum Event {
     /// The file's bytes at start (empty: there was no file).
     Loaded(Vec<u8>),
     /// A batch that must survive this process (cut while shutting down, or not delivered).
-    Append(ReportBatch),
+    Append(Box<ReportBatch>),
     /// The server acknowledged this batch (stored now or before).
     Acknowledged(BatchKey),
     /// The server refused this batch as bad input: it would be refused again, give it up.
@@ -246,6 +247,16 @@ impl Spool {
     #[must_use]
     pub fn lost_total(&self) -> SpoolLoss {
         self.lost_total
+    }
+
+    /// What the held batches carry: their number and their items by kind.
+    #[must_use]
+    pub fn held(&self) -> SpoolLoss {
+        let mut held = SpoolLoss::default();
+        for entry in &self.entries {
+            held.add(SpoolLoss::batch(&entry.batch));
+        }
+        held
     }
 
     /// Whether batch `key` is held.
@@ -422,7 +433,7 @@ pub fn step(spool: &mut Spool, event: Event) -> Vec<Action> {
     let mut actions = Vec::new();
     match event {
         Event::Loaded(bytes) => spool.load(&bytes, &mut actions),
-        Event::Append(batch) => spool.push(batch, &mut actions),
+        Event::Append(batch) => spool.push(*batch, &mut actions),
         Event::Acknowledged(key) => {
             spool.remove(key);
         }

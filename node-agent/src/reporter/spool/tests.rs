@@ -81,7 +81,10 @@ fn batches_come_back_on_the_next_start_in_order_with_their_identity_and_sequence
     let mut spool = Spool::new(64 * 1024);
     step(&mut spool, Event::Loaded(Vec::new()));
     for sequence in 1..=3 {
-        file.perform(&step(&mut spool, Event::Append(batch(7, sequence, 2, 5))));
+        file.perform(&step(
+            &mut spool,
+            Event::Append(Box::new(batch(7, sequence, 2, 5))),
+        ));
     }
     file.perform(&step(&mut spool, Event::Persist));
     let mut next = Spool::new(64 * 1024);
@@ -104,8 +107,14 @@ fn batches_come_back_on_the_next_start_in_order_with_their_identity_and_sequence
 fn a_torn_last_line_is_skipped_and_counted_and_the_file_rewritten_clean() {
     let mut file = File::default();
     let mut spool = Spool::new(64 * 1024);
-    file.perform(&step(&mut spool, Event::Append(batch(1, 1, 1, 3))));
-    file.perform(&step(&mut spool, Event::Append(batch(1, 2, 1, 3))));
+    file.perform(&step(
+        &mut spool,
+        Event::Append(Box::new(batch(1, 1, 1, 3))),
+    ));
+    file.perform(&step(
+        &mut spool,
+        Event::Append(Box::new(batch(1, 2, 1, 3))),
+    ));
     file.perform(&step(&mut spool, Event::Persist));
     let torn = file.0.len() - 10;
     file.0.truncate(torn);
@@ -146,7 +155,10 @@ fn when_full_the_oldest_batches_go_first_counted_with_their_items() {
     let mut spool = Spool::new(MIN_MAX_BYTES);
     let mut lost = SpoolLoss::default();
     for sequence in 1..=20 {
-        let actions = step(&mut spool, Event::Append(batch(1, sequence, 3, 100)));
+        let actions = step(
+            &mut spool,
+            Event::Append(Box::new(batch(1, sequence, 3, 100))),
+        );
         lost.add(File::default().perform(&actions));
     }
     let held = keys(&spool);
@@ -159,7 +171,7 @@ fn when_full_the_oldest_batches_go_first_counted_with_their_items() {
     assert_eq!(lost.batches, 20 - held.len() as u64);
     assert_eq!(lost.items.dead_letters, 3 * lost.batches);
     // A batch larger than the whole spool is given up itself.
-    let actions = step(&mut spool, Event::Append(batch(1, 21, 1, 10_000)));
+    let actions = step(&mut spool, Event::Append(Box::new(batch(1, 21, 1, 10_000))));
     assert_eq!(File::default().perform(&actions).batches, 1);
     assert_eq!(keys(&spool), held);
 }
@@ -170,7 +182,10 @@ fn losses_while_shutting_down_go_into_the_file_and_are_reported_by_the_next_star
     let mut spool = Spool::new(MIN_MAX_BYTES);
     step(&mut spool, Event::ShuttingDown);
     for sequence in 1..=20 {
-        let actions = step(&mut spool, Event::Append(batch(1, sequence, 3, 100)));
+        let actions = step(
+            &mut spool,
+            Event::Append(Box::new(batch(1, sequence, 3, 100))),
+        );
         assert!(
             !actions.iter().any(|a| matches!(a, Action::Lost(_))),
             "no report of this process will carry them"
@@ -193,8 +208,8 @@ fn losses_while_shutting_down_go_into_the_file_and_are_reported_by_the_next_star
 #[test]
 fn a_replayed_batch_refused_as_bad_input_is_given_up_and_counted() {
     let mut spool = Spool::new(MIN_MAX_BYTES);
-    step(&mut spool, Event::Append(batch(1, 1, 2, 1)));
-    step(&mut spool, Event::Append(batch(1, 2, 1, 1)));
+    step(&mut spool, Event::Append(Box::new(batch(1, 1, 2, 1))));
+    step(&mut spool, Event::Append(Box::new(batch(1, 2, 1, 1))));
     let actions = step(&mut spool, Event::Refused(key(1, 1)));
     assert_eq!(
         actions,
@@ -277,7 +292,7 @@ proptest! {
             match op {
                 Op::Append { events, size } => {
                     sequence += 1;
-                    let actions = step(&mut spool, Event::Append(batch(incarnation, sequence, events, size)));
+                    let actions = step(&mut spool, Event::Append(Box::new(batch(incarnation, sequence, events, size))));
                     counted.add(file.perform(&actions));
                     appended.push(key(incarnation, sequence));
                     counted.add(file.perform(&step(&mut spool, Event::Persist)));
