@@ -466,3 +466,39 @@ impl HttpClient {
         })
     }
 }
+
+/// Runs each named `async fn(Store)` of the calling test file once on PostgreSQL
+/// ([`TestDatabase`](crate::testing::TestDatabase)) and once on SQLite ([`TestSqliteFile`](crate::testing::TestSqliteFile)), as `postgres::<name>` and
+/// `sqlite::<name>`; the store is closed after each.
+///
+/// ```text
+/// troupe_server::on_every_store!(a_claim_about_the_api, another_claim);
+/// async fn a_claim_about_the_api(store: troupe_server::store::Store) { /* … */ }
+/// ```
+#[macro_export]
+macro_rules! on_every_store {
+    ($($name:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[actix_web::test]
+                async fn $name() {
+                    let db = $crate::testing::TestDatabase::create().await;
+                    let store = db.store().await.expect("store");
+                    super::$name(store.clone()).await;
+                    store.close().await;
+                }
+            )*
+        }
+        mod sqlite {
+            $(
+                #[actix_web::test]
+                async fn $name() {
+                    let file = $crate::testing::TestSqliteFile::new();
+                    let store = file.store().await.expect("store");
+                    super::$name(store.clone()).await;
+                    store.close().await;
+                }
+            )*
+        }
+    };
+}

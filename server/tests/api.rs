@@ -15,34 +15,7 @@ use troupe_server::{AppState, Config};
 const INGEST: &str = "ingest-secret";
 const ADMIN: &str = "admin-secret";
 
-macro_rules! api_suite {
-    ($($name:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[actix_web::test]
-                async fn $name() {
-                    let db = troupe_server::testing::TestDatabase::create().await;
-                    let store = db.store().await.expect("store");
-                    super::$name(store.clone()).await;
-                    store.close().await;
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[actix_web::test]
-                async fn $name() {
-                    let file = troupe_server::testing::TestSqliteFile::new();
-                    let store = file.store().await.expect("store");
-                    super::$name(store.clone()).await;
-                    store.close().await;
-                }
-            )*
-        }
-    };
-}
-
-api_suite!(
+troupe_server::on_every_store!(
     ingest_without_a_token_or_with_a_wrong_one_gets_401_and_writes_nothing,
     malformed_json_gets_400_saying_what_was_wrong_and_writes_nothing,
     unknown_event_kind_gets_400_naming_it_and_writes_nothing,

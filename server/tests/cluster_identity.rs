@@ -16,34 +16,7 @@ use troupe_server::{AppState, Config};
 const INGEST: &str = "ingest-secret";
 const ADMIN: &str = "admin-secret";
 
-macro_rules! suite {
-    ($($name:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[actix_web::test]
-                async fn $name() {
-                    let db = troupe_server::testing::TestDatabase::create().await;
-                    let store = db.store().await.expect("store");
-                    super::$name(store.clone()).await;
-                    store.close().await;
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[actix_web::test]
-                async fn $name() {
-                    let file = troupe_server::testing::TestSqliteFile::new();
-                    let store = file.store().await.expect("store");
-                    super::$name(store.clone()).await;
-                    store.close().await;
-                }
-            )*
-        }
-    };
-}
-
-suite!(
+troupe_server::on_every_store!(
     two_clusters_of_one_name_with_different_secrets_stay_apart_and_a_leave_goes_to_the_right_one,
     reports_without_an_identity_are_still_accepted_and_kept_apart_from_those_with_one,
     a_cluster_scoped_token_cannot_write_another_clusters_history,

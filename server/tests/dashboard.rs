@@ -21,34 +21,7 @@ use hostile::{encoded, escaped, hostile_batch, member, payloads};
 
 const INGEST: &str = "ingest-secret";
 
-macro_rules! dashboard_suite {
-    ($($name:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[actix_web::test]
-                async fn $name() {
-                    let db = troupe_server::testing::TestDatabase::create().await;
-                    let store = db.store().await.expect("store");
-                    super::$name(store.clone()).await;
-                    store.close().await;
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[actix_web::test]
-                async fn $name() {
-                    let file = troupe_server::testing::TestSqliteFile::new();
-                    let store = file.store().await.expect("store");
-                    super::$name(store.clone()).await;
-                    store.close().await;
-                }
-            )*
-        }
-    };
-}
-
-dashboard_suite!(
+troupe_server::on_every_store!(
     every_page_renders_the_seeded_history_and_links_pages_together,
     overlapping_singleton_instances_raise_a_warning,
     xss_payloads_in_every_field_and_filter_render_only_escaped,

@@ -13,34 +13,7 @@ use troupe_server::{AppState, Config};
 const INGEST: &str = "ingest-secret";
 const ADMIN: &str = "admin-secret";
 
-macro_rules! suite {
-    ($($name:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[actix_web::test]
-                async fn $name() {
-                    let db = troupe_server::testing::TestDatabase::create().await;
-                    let store = db.store().await.expect("store");
-                    super::$name(store.clone()).await;
-                    store.close().await;
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[actix_web::test]
-                async fn $name() {
-                    let file = troupe_server::testing::TestSqliteFile::new();
-                    let store = file.store().await.expect("store");
-                    super::$name(store.clone()).await;
-                    store.close().await;
-                }
-            )*
-        }
-    };
-}
-
-suite!(
+troupe_server::on_every_store!(
     cluster_members_have_akkas_shape_with_full_addresses_and_string_uids,
     one_member_is_found_by_its_full_address_raw_or_encoded_and_by_host_port,
     down_and_leave_are_answered_as_akka_answers_and_reach_an_agent,

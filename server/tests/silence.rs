@@ -18,34 +18,7 @@ use troupe_server::{AppState, Config};
 
 const INGEST: &str = "ingest-secret";
 
-macro_rules! silence_suite {
-    ($($name:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[actix_web::test]
-                async fn $name() {
-                    let db = troupe_server::testing::TestDatabase::create().await;
-                    let store = db.store().await.expect("store");
-                    super::$name(store.clone()).await;
-                    store.close().await;
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[actix_web::test]
-                async fn $name() {
-                    let file = troupe_server::testing::TestSqliteFile::new();
-                    let store = file.store().await.expect("store");
-                    super::$name(store.clone()).await;
-                    store.close().await;
-                }
-            )*
-        }
-    };
-}
-
-silence_suite!(
+troupe_server::on_every_store!(
     a_silent_agent_is_unknown_everywhere_until_it_reports_again,
     silence_starts_only_past_the_limit,
 );
