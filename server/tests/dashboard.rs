@@ -27,6 +27,13 @@ troupe_server::on_every_store!(
     xss_payloads_in_every_field_and_filter_render_only_escaped,
 );
 
+#[test]
+fn the_hostile_corpus_folder_holds_only_files_the_tests_read() {
+    hostile::corpus_is_complete();
+    assert!(hostile::strings().len() > 150);
+    assert!(hostile::numbers().len() > 20);
+}
+
 fn state(store: Store) -> AppState {
     let mut config = Config::defaults();
     config.ingest_token = Some(INGEST.to_owned());

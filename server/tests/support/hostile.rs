@@ -1,4 +1,5 @@
-//! Hostile input shared by the dashboard tests: the XSS corpus and report batches that put a
+//! Hostile input shared by the server's tests: the corpus of `tests/hostile/` (one place for
+//! every hostile string; its README says what each file holds) and report batches that put a
 //! payload into every user-controlled field.
 
 #![allow(dead_code)]
@@ -24,19 +25,117 @@ pub(crate) fn member(address: &str, status: MemberStatus, roles: &[&str]) -> Mem
     }
 }
 
-/// The payloads of `web/tests/xss-payloads.txt`.
-pub(crate) fn payloads() -> Vec<String> {
-    let text = include_str!("../../../web/tests/xss-payloads.txt");
-    let payloads: Vec<String> = text
+/// One file of the corpus in `tests/hostile/` (its README says what each holds).
+struct CorpusFile {
+    name: &'static str,
+    text: &'static str,
+}
+
+macro_rules! corpus {
+    ($($name:literal),* $(,)?) => {
+        [$(CorpusFile {
+            name: $name,
+            text: include_str!(concat!("../../../tests/hostile/", $name)),
+        }),*]
+    };
+}
+
+/// Every payload file, read at compile time; [`corpus_is_complete`] checks the folder holds no
+/// other (a new file is read, not forgotten).
+const FILES: [CorpusFile; 8] = corpus!(
+    "xss-html.txt",
+    "xss-attribute.txt",
+    "xss-script.txt",
+    "xss-url.txt",
+    "sql.txt",
+    "paths-headers.txt",
+    "control.jsonl",
+    "numbers.txt",
+);
+
+/// A hostile string and the corpus file it comes from (for failure messages).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Payload {
+    pub(crate) file: &'static str,
+    pub(crate) text: String,
+}
+
+impl std::fmt::Display for Payload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?} (tests/hostile/{})", self.text, self.file)
+    }
+}
+
+fn lines(file: &CorpusFile) -> Vec<String> {
+    let lines = file
+        .text
         .lines()
-        .filter(|l| !l.is_empty() && !l.starts_with("# "))
-        .map(str::to_owned)
+        .filter(|l| !l.is_empty() && !l.starts_with("# "));
+    if file.name.ends_with(".jsonl") {
+        lines
+            .map(|l| {
+                serde_json::from_str::<String>(l)
+                    .unwrap_or_else(|e| panic!("tests/hostile/{}: {e}: {l}", file.name))
+            })
+            .filter(|s| !s.starts_with("# "))
+            .collect()
+    } else {
+        lines.map(str::to_owned).collect()
+    }
+}
+
+/// Fails unless `tests/hostile/` holds exactly the files this module reads (and its README).
+pub(crate) fn corpus_is_complete() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/hostile");
+    let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name != "README.md")
+        .collect();
+    on_disk.sort();
+    let mut read: Vec<String> = FILES.iter().map(|f| f.name.to_owned()).collect();
+    read.sort();
+    assert_eq!(
+        on_disk, read,
+        "tests/hostile/ and the files server/tests/support/hostile.rs reads differ"
+    );
+}
+
+/// The XSS payloads (`tests/hostile/xss-*.txt`: HTML, attribute, script and URL contexts).
+pub(crate) fn payloads() -> Vec<String> {
+    let payloads: Vec<String> = FILES
+        .iter()
+        .filter(|f| f.name.starts_with("xss-"))
+        .flat_map(lines)
         .collect();
     assert!(
         payloads.len() >= 50,
         "the corpus holds at least 50 payloads"
     );
     payloads
+}
+
+/// Every hostile string of the corpus: XSS, SQL and LIKE metacharacters, path traversal and
+/// header injection, control characters and odd Unicode (NUL included).
+pub(crate) fn strings() -> Vec<Payload> {
+    FILES
+        .iter()
+        .filter(|f| f.name != "numbers.txt")
+        .flat_map(|f| {
+            lines(f)
+                .into_iter()
+                .map(|text| Payload { file: f.name, text })
+        })
+        .collect()
+}
+
+/// Numbers at the edges, as JSON number text (`tests/hostile/numbers.txt`).
+pub(crate) fn numbers() -> Vec<String> {
+    FILES
+        .iter()
+        .filter(|f| f.name == "numbers.txt")
+        .flat_map(lines)
+        .collect()
 }
 
 /// How askama writes `s` into HTML.
