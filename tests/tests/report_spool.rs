@@ -376,7 +376,7 @@ async fn check_replay(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sigterm_while_the_server_is_away_is_retried_spooled_and_replayed_once_by_the_next_start()
- {
+{
     let server_port = free_port();
     let node = Node::new("term", server_port);
 
@@ -442,8 +442,7 @@ async fn a_sigkill_after_the_spool_was_written_loses_nothing_it_held() {
     loop {
         let batches = spooled_batches(&path);
         let kinds = spooled_events(&batches);
-        if kinds.iter().any(|(k, _)| k == "MemberLeft") && has_health(&batches, "draining")
-        {
+        if kinds.iter().any(|(k, _)| k == "MemberLeft") && has_health(&batches, "draining") {
             break;
         }
         assert!(
