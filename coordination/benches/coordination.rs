@@ -7,8 +7,8 @@
 //! ```
 //!
 //! Needs etcd (`TROUPE_TEST_ETCD_ENDPOINTS`, default `http://127.0.0.1:2379`) and PostgreSQL
-//! (`TROUPE_TEST_DATABASE_URL`, default `postgres://postgres@127.0.0.1:5432/postgres`); each
-//! run uses a fresh key prefix and schema (the schema is dropped at the end).
+//! (`TROUPE_TEST_DATABASE_URL`, default `postgres://troupe:troupe@127.0.0.1:5432/postgres`,
+//! the one `scripts/test` exports); each run uses a fresh key prefix and schema (the schema is dropped at the end).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -31,8 +31,13 @@ Options:
 
 Environment:
   TROUPE_TEST_ETCD_ENDPOINTS  etcd endpoints, comma separated (default http://127.0.0.1:2379)
-  TROUPE_TEST_DATABASE_URL    PostgreSQL URL (default postgres://postgres@127.0.0.1:5432/postgres)
+  TROUPE_TEST_DATABASE_URL    PostgreSQL URL, read as the tests read it (default
+                              postgres://troupe:troupe@127.0.0.1:5432/postgres, the one
+                              scripts/test exports)
 ";
+
+/// The PostgreSQL URL without `TROUPE_TEST_DATABASE_URL`: the one `scripts/test` exports.
+const DEFAULT_DATABASE_URL: &str = "postgres://troupe:troupe@127.0.0.1:5432/postgres";
 
 struct Args {
     iterations: usize,
@@ -228,14 +233,14 @@ async fn main() {
     let etcd_directory = EtcdDirectory::new(client, &prefix).unwrap();
 
     let url = std::env::var("TROUPE_TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+        .unwrap_or_else(|_| DEFAULT_DATABASE_URL.to_owned());
     let schema = format!("troupe_bench_{stamp}_{}", std::process::id());
     let pg = PgCoordination::connect(&url, &schema)
         .await
-        .unwrap_or_else(|e| panic!("postgres at {url}: {e}"));
+        .unwrap_or_else(|e| panic!("postgres at {url} (set TROUPE_TEST_DATABASE_URL): {e}"));
     let pg_leases = pg.leases();
 
-    let arbiter = InMemoryLeaseArbiter::new(settings.ttl());
+    let arbiter = InMemoryLeaseArbiter::new(settings);
     let memory_directory = InMemoryDirectory::new();
 
     let mut rows = Vec::new();

@@ -300,15 +300,6 @@ impl LeaseSettings {
         })
     }
 
-    /// Settings taken as given, for the in-memory arbiter's test handles (whose TTL is the
-    /// arbiter's own, possibly shorter than [`MIN_LEASE_TTL`]).
-    pub(crate) fn unchecked(ttl: Duration, renew_interval: Duration) -> Self {
-        Self {
-            ttl,
-            renew_interval,
-        }
-    }
-
     /// Settings with this `ttl`, renewed every `ttl / 5`.
     pub fn with_ttl(ttl: Duration) -> Result<Self, LeaseSettingsError> {
         Self::new(ttl, ttl / 5)

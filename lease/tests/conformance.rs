@@ -12,7 +12,7 @@ async fn in_memory() -> Backend {
     let settings = LeaseSettings::new(Duration::from_secs(1), Duration::from_millis(250)).unwrap();
     Backend::new(
         "in-memory",
-        Arc::new(InMemoryLeaseArbiter::new(settings.ttl())),
+        Arc::new(InMemoryLeaseArbiter::new(settings)),
         Arc::new(InMemoryDirectory::new()),
         settings,
     )

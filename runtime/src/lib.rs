@@ -67,6 +67,8 @@ mod task;
 pub mod testkit;
 #[cfg(feature = "remote")]
 pub mod transport;
+#[cfg(feature = "remote")]
+pub mod virtual_actor;
 
 /// The actor directory (which host owns an actor id) — the `troupe-lease` crate's
 /// `directory` module.

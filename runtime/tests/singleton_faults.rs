@@ -12,13 +12,13 @@ mod singleton {
     use std::time::Duration;
 
     use crate::harness::{
-        LIMIT, Oracle, assert_unique, hosted_on, key, shut_down_all, start, start_default, worker,
+        LIMIT, Oracle, arbiter, assert_unique, hosted_on, key, shut_down_all, start, start_default,
+        worker,
     };
     use rand::rngs::SmallRng;
     use rand::{Rng, SeedableRng};
     use tokio::time::Instant;
     use troupe::cluster::{MemberStatus, MembershipOptions};
-    use troupe::lease::InMemoryLeaseArbiter;
     use troupe::singleton::ClusterSingleton;
     use troupe::singleton::StartSingletonOptions;
     use troupe::testkit::{SimCluster, sim_address};
@@ -164,7 +164,7 @@ mod singleton {
         }
         sim.wait_all_up(NODES, LIMIT).await;
         let oracle = Oracle::default();
-        let arbiter = InMemoryLeaseArbiter::new(Duration::from_secs(3));
+        let arbiter = arbiter(Duration::from_secs(3));
         for i in 0..NODES {
             let owner = sim_address(i).to_string();
             let lease = arbiter.lease("scheduler", &owner);
@@ -279,7 +279,7 @@ mod singleton {
             sim.start_node(&["r"]);
             sim.wait_all_up(3, LIMIT).await;
             let oracle = Oracle::default();
-            let arbiter = InMemoryLeaseArbiter::new(Duration::from_secs(3));
+            let arbiter = arbiter(Duration::from_secs(3));
             let start_on = |sim: &SimCluster, i: usize, stop_delay| {
                 let mut options =
                     StartSingletonOptions::new(worker(&oracle, sim_address(i), stop_delay))

@@ -13,7 +13,8 @@ mod singleton {
     use std::time::Duration;
 
     use crate::harness::{
-        Cmd, LIMIT, Oracle, assert_unique, cluster, drain, events, hosted_on, key, start, worker,
+        Cmd, LIMIT, Oracle, arbiter, assert_unique, cluster, drain, events, hosted_on, key, start,
+        worker,
     };
     use tokio::time::Instant;
     use troupe::cluster::MembershipOptions;
@@ -70,8 +71,7 @@ mod singleton {
     async fn with_a_lease_the_host_acquires_it_before_spawning() {
         let sim = cluster(301, &[&[], &[]], MembershipOptions::default()).await;
         let oracle = Oracle::default();
-        let arbiter = InMemoryLeaseArbiter::new(Duration::from_secs(3))
-            .with_latency(Duration::from_millis(50));
+        let arbiter = arbiter(Duration::from_secs(3)).with_latency(Duration::from_millis(50));
         let mut published = events(&sim, 0);
         for i in 0..2 {
             start_with_lease(&sim, i, &oracle, &arbiter, Duration::ZERO);
@@ -97,7 +97,7 @@ mod singleton {
     async fn a_failed_acquire_is_retried_every_interval_until_it_succeeds() {
         let sim = cluster(302, &[&[]], MembershipOptions::default()).await;
         let oracle = Oracle::default();
-        let arbiter = InMemoryLeaseArbiter::new(Duration::from_secs(3));
+        let arbiter = arbiter(Duration::from_secs(3));
         // Someone else holds it.
         let outsider = arbiter.lease(LEASE, "ops");
         outsider.acquire(Box::new(|_| {})).await.unwrap().unwrap();
@@ -135,7 +135,7 @@ mod singleton {
     async fn a_lost_lease_stops_the_instance_waits_for_post_stop_and_only_then_reacquires() {
         let sim = cluster(303, &[&[]], MembershipOptions::default()).await;
         let oracle = Oracle::default();
-        let arbiter = InMemoryLeaseArbiter::new(Duration::from_secs(3));
+        let arbiter = arbiter(Duration::from_secs(3));
         start_with_lease(&sim, 0, &oracle, &arbiter, Duration::from_secs(1));
         let proxy = ClusterSingleton::get(&sim.node(0).cluster)
             .proxy(&key(None))
@@ -172,7 +172,7 @@ mod singleton {
     async fn when_the_host_moves_away_the_lease_is_released_only_after_the_instance_terminated() {
         let mut sim = cluster(304, &[&[], &[], &["r"]], MembershipOptions::default()).await;
         let oracle = Oracle::default();
-        let arbiter = InMemoryLeaseArbiter::new(Duration::from_secs(3));
+        let arbiter = arbiter(Duration::from_secs(3));
         let start_role = |sim: &SimCluster, i: usize, stop_delay| {
             let options = StartSingletonOptions::new(worker(&oracle, sim_address(i), stop_delay))
                 .with_lease(lease_of(&arbiter, i))
@@ -246,8 +246,7 @@ mod singleton {
         let mut sim = cluster(305, &[&[], &[], &[]], MembershipOptions::default()).await;
         let oracle = Oracle::default();
         // Every acquire takes 2 s to answer.
-        let arbiter =
-            InMemoryLeaseArbiter::new(Duration::from_secs(6)).with_latency(Duration::from_secs(2));
+        let arbiter = arbiter(Duration::from_secs(6)).with_latency(Duration::from_secs(2));
         let most = Arc::new(AtomicUsize::new(0));
         for i in 0..3 {
             let lease = Arc::new(Counting {

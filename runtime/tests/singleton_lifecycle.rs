@@ -13,11 +13,12 @@ mod singleton {
     use std::time::Duration;
 
     use crate::harness::{
-        Cmd, LIMIT, Oracle, WarnCapture, cluster, drain, events, hosted_on, key, start, worker,
+        Cmd, LIMIT, Oracle, WarnCapture, arbiter, cluster, drain, events, hosted_on, key, start,
+        worker,
     };
     use tokio::time::Instant;
     use troupe::cluster::MembershipOptions;
-    use troupe::lease::{InMemoryLeaseArbiter, LeaseOp};
+    use troupe::lease::LeaseOp;
     use troupe::singleton::ClusterSingleton;
     use troupe::singleton::{SingletonEvent, StartSingletonOptions, StopReason};
     use troupe::testkit::sim_address;
@@ -93,7 +94,7 @@ mod singleton {
      {
         let mut sim = cluster(403, &[&[], &[]], MembershipOptions::default()).await;
         let oracle = Oracle::default();
-        let arbiter = InMemoryLeaseArbiter::new(Duration::from_secs(3));
+        let arbiter = arbiter(Duration::from_secs(3));
         let owner = sim_address(0).to_string();
         let lease = arbiter.lease("scheduler", &owner);
         let proxy = start(&sim, 0, &oracle, None, |o| {
@@ -332,7 +333,7 @@ mod singleton {
     async fn singleton_events_report_the_lifecycle_to_the_control_plane() {
         let sim = cluster(411, &[&[], &[], &[]], MembershipOptions::default()).await;
         let oracle = Oracle::default();
-        let arbiter = InMemoryLeaseArbiter::new(Duration::from_secs(3));
+        let arbiter = arbiter(Duration::from_secs(3));
         let mut published = events(&sim, 1);
         let mut dead_side = events(&sim, 0);
         // Node 2 stays silent: node 0's hand-over times out.

@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use troupe_coordination::etcd::{EtcdDirectory, EtcdLeases};
 use troupe_coordination::postgres::PgCoordination;
 use troupe_lease::directory::InMemoryDirectory;
-use troupe_lease::lease::InMemoryLeaseArbiter;
+use troupe_lease::lease::{InMemoryLeaseArbiter, LeaseSettings};
 
 use crate::config::Config;
 use crate::coordination::Coordination;
@@ -104,7 +104,7 @@ pub async fn coordination_backend(
         "coordination API kept in memory (SQLite store, no --etcd-endpoints): single replica only, lost on restart"
     );
     Ok(Coordination::new(
-        Arc::new(InMemoryLeaseArbiter::new(Duration::from_secs(15))),
+        Arc::new(InMemoryLeaseArbiter::new(LeaseSettings::default())),
         Arc::new(InMemoryDirectory::new()),
         "in-memory",
     ))

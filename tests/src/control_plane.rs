@@ -43,7 +43,16 @@ impl Server {
     /// # Panics
     /// When it does not answer within a minute.
     pub async fn start_with(extra: &[&str]) -> Self {
-        let port = free_port();
+        Self::start_on(free_port(), extra).await
+    }
+
+    /// Start the server on `port` (chosen earlier, say with [`free_port`], so that agents
+    /// could be pointed at it while it was away) with `extra` arguments, and wait until its
+    /// API answers.
+    ///
+    /// # Panics
+    /// When it does not answer within a minute.
+    pub async fn start_on(port: u16, extra: &[&str]) -> Self {
         let dir = std::env::temp_dir().join(format!("troupe-e2e-cp-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("server directory");
         let args: Vec<String> = [

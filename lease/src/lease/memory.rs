@@ -48,10 +48,10 @@ pub struct LeaseRecord {
 }
 
 /// A third party that arbitrates leases in memory: every node in the process reaches it (tests,
-/// single-node deployments). Grants of handles made by [`InMemoryLeaseArbiter::lease`] expire
-/// `ttl` after their last renewal and are renewed every `ttl / 3`; handles made through
-/// [`LeaseProvider::lease`](super::LeaseProvider::lease) or [`InMemoryLeaseArbiter::lease_with`] use their own
-/// [`LeaseSettings`].
+/// single-node deployments). Handles made by [`InMemoryLeaseArbiter::lease`] use the
+/// arbiter's [`LeaseSettings`] (checked by [`LeaseSettings::new`] like every backend's); handles
+/// made through [`LeaseProvider::lease`](super::LeaseProvider::lease) or
+/// [`InMemoryLeaseArbiter::lease_with`] use their own.
 #[derive(Clone)]
 pub struct InMemoryLeaseArbiter {
     store: Arc<ArbiterStore>,
@@ -63,7 +63,7 @@ pub(crate) struct ArbiterStore {
 }
 
 struct ArbiterState {
-    ttl: Duration,
+    settings: LeaseSettings,
     latency: Duration,
     grants: HashMap<String, Grant>,
     next_token: u64,
@@ -90,21 +90,31 @@ impl fmt::Debug for InMemoryLeaseArbiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = self.store.state.lock();
         f.debug_struct("InMemoryLeaseArbiter")
-            .field("ttl", &state.ttl)
+            .field("settings", &state.settings)
             .field("grants", &state.grants.len())
             .finish()
     }
 }
 
 impl InMemoryLeaseArbiter {
-    /// An arbiter whose grants (of handles made by [`InMemoryLeaseArbiter::lease`]) expire
-    /// `ttl` after their last renewal.
+    /// An arbiter whose handles made by [`InMemoryLeaseArbiter::lease`] use `settings`: their
+    /// grants expire `settings.ttl()` after their last renewal and are renewed every
+    /// `settings.renew_interval()`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use troupe_lease::lease::{InMemoryLeaseArbiter, LeaseSettings};
+    ///
+    /// let settings = LeaseSettings::new(Duration::from_secs(3), Duration::from_secs(1)).unwrap();
+    /// let arbiter = InMemoryLeaseArbiter::new(settings);
+    /// assert_eq!(arbiter.settings(), settings);
+    /// ```
     #[must_use]
-    pub fn new(ttl: Duration) -> Self {
+    pub fn new(settings: LeaseSettings) -> Self {
         Self {
             store: Arc::new(ArbiterStore {
                 state: Mutex::new(ArbiterState {
-                    ttl,
+                    settings,
                     latency: Duration::ZERO,
                     grants: HashMap::new(),
                     next_token: 1,
@@ -122,15 +132,19 @@ impl InMemoryLeaseArbiter {
         self
     }
 
-    /// A handle to lease `name` that acquires as `owner`, with the arbiter's TTL renewed every
-    /// `ttl / 3`.
+    /// The settings of the handles [`InMemoryLeaseArbiter::lease`] makes.
+    #[must_use]
+    pub fn settings(&self) -> LeaseSettings {
+        self.store.state.lock().settings
+    }
+
+    /// A handle to lease `name` that acquires as `owner`, with the arbiter's settings.
     ///
     /// # Panics
     /// When the name or owner is outside the limits ([`super::validate_identity`]).
     #[must_use]
     pub fn lease(&self, name: &str, owner: &str) -> Arc<InMemoryLease> {
-        let ttl = self.store.state.lock().ttl;
-        let settings = LeaseSettings::unchecked(ttl, ttl / 3);
+        let settings = self.settings();
         self.lease_with(name, owner, &settings)
     }
 
@@ -353,6 +367,12 @@ mod tests {
     use super::*;
     use crate::lease::{Lease, LeaseLost, LeaseLostCallback};
 
+    fn arbiter() -> InMemoryLeaseArbiter {
+        InMemoryLeaseArbiter::new(
+            LeaseSettings::new(Duration::from_secs(3), Duration::from_secs(1)).unwrap(),
+        )
+    }
+
     fn counter() -> (LeaseLostCallback, Arc<Mutex<Vec<LeaseLost>>>) {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let sink = Arc::clone(&seen);
@@ -361,7 +381,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn one_holder_at_a_time_with_increasing_tokens() {
-        let arbiter = InMemoryLeaseArbiter::new(Duration::from_secs(3));
+        let arbiter = arbiter();
         let a = arbiter.lease("s", "a");
         let b = arbiter.lease("s", "b");
         let (cb, _) = counter();
@@ -382,7 +402,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_holder_renews_and_keeps_the_lease_past_its_ttl() {
-        let arbiter = InMemoryLeaseArbiter::new(Duration::from_secs(3));
+        let arbiter = arbiter();
         let a = arbiter.lease("s", "a");
         let (cb, lost) = counter();
         a.acquire(cb).await.unwrap().unwrap();
@@ -394,7 +414,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn revocation_and_cut_off_are_reported_once_through_the_callback() {
-        let arbiter = InMemoryLeaseArbiter::new(Duration::from_secs(3));
+        let arbiter = arbiter();
         let a = arbiter.lease("s", "a");
         let (cb, lost) = counter();
         a.acquire(cb).await.unwrap().unwrap();
@@ -429,7 +449,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_released_grant_is_not_reported_lost_when_another_owner_takes_the_lease() {
-        let arbiter = InMemoryLeaseArbiter::new(Duration::from_secs(3));
+        let arbiter = arbiter();
         let a = arbiter.lease("s", "a");
         let (cb, lost) = counter();
         a.acquire(cb).await.unwrap().unwrap();

@@ -20,7 +20,7 @@
 //!     .unwrap();
 //!     Backend::new(
 //!         "in-memory",
-//!         Arc::new(InMemoryLeaseArbiter::new(settings.ttl())),
+//!         Arc::new(InMemoryLeaseArbiter::new(settings)),
 //!         Arc::new(InMemoryDirectory::new()),
 //!         settings,
 //!     )

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use troupe::Address;
 use troupe::cluster::MembershipOptions;
+use troupe::lease::{InMemoryLeaseArbiter, LeaseSettings};
 use troupe::remoting::RemoteMessage;
 use troupe::singleton::ClusterSingleton;
 use troupe::singleton::{SingletonEvent, SingletonKey, SingletonProxy, StartSingletonOptions};
@@ -192,6 +193,14 @@ impl Actor for Worker {
 }
 
 /// Props for the worker on `node`.
+/// An in-memory arbiter whose handles hold grants of `ttl`, renewed every `ttl / 3`, through the
+/// checked [`LeaseSettings::new`].
+pub(crate) fn arbiter(ttl: Duration) -> InMemoryLeaseArbiter {
+    let settings = LeaseSettings::new(ttl, ttl / 3)
+        .unwrap_or_else(|e| panic!("test lease settings for ttl {ttl:?}: {e}"));
+    InMemoryLeaseArbiter::new(settings)
+}
+
 pub(crate) fn worker(oracle: &Oracle, node: Address, stop_delay: Duration) -> Props<Worker> {
     let oracle = oracle.clone();
     Props::new(move || Worker {
