@@ -4,6 +4,8 @@
 //! appearing live when a node joins, a hand-over in the singleton history, a dead letter in the
 //! table, the live and polling indicator, inert XSS payloads, and each live update shown within
 //! 1 s of its ingest. Screenshots of every page land in `$CARGO_TARGET_DIR/browser-artifacts/`.
+//! A second server with `--viewer-token` is driven by `web/e2e/viewer.mjs`: refused without
+//! the token, the dashboard and its live stream work with it as the HTTP Basic password.
 //!
 //! Needs `node`, `/usr/bin/chromium` (or `$CHROMIUM`) and `npm ci` in `web/e2e`; `scripts/test`
 //! installs them. Without them this test fails and says what is missing.
@@ -376,4 +378,120 @@ fn tempdir() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("troupe-browser-{}-{}", std::process::id(), now()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// With `--viewer-token` set, what a person with Chromium gets: the dashboard and its live
+/// stream refused (401 with a Basic challenge) without the token and with a wrong one; with the
+/// token as the HTTP Basic password (what the browser's sign-in prompt sends), the page, the
+/// live indicator and a member that joins while the page is open. `web/e2e/viewer.mjs` drives
+/// the browser.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_viewer_token_chromium_is_refused_without_it_and_sees_the_live_dashboard_with_it() {
+    const VIEWER: &str = "viewer-browser-token";
+    let e2e = repo().join("web/e2e");
+    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".to_owned());
+    require(
+        "Chromium",
+        Path::new(&chromium).exists(),
+        "apt-get install chromium (scripts/test does)",
+    );
+    require(
+        "playwright-core",
+        e2e.join("node_modules/playwright-core").exists(),
+        "run `npm ci` in web/e2e (scripts/test does)",
+    );
+
+    let file = TestSqliteFile::new();
+    let mut config = Config::defaults();
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    config.sqlite_path = file.path().to_owned();
+    config.ingest_token = Some(TOKEN.to_owned());
+    config.viewer_token = Some(VIEWER.to_owned());
+    config.workers = Some(2);
+    config.shutdown_timeout_secs = 2;
+    let app = App::build(config).await.expect("server starts");
+    let addr = app.local_addr();
+    let trigger = app.shutdown_trigger();
+    let server = tokio::spawn(app.run());
+
+    let t = now();
+    let member = |address: &str, sequence: u64| {
+        BatchBuilder::new("guarded", address, sequence)
+            .sent_at(t)
+            .member(
+                t,
+                EventBody::MemberUp,
+                address,
+                MemberStatus::Up,
+                &["worker"],
+            )
+            .build()
+    };
+    let seed = member("10.0.0.8:2552", 1);
+    let batches = tempdir();
+    let live = batches.join("join.json");
+    std::fs::write(
+        &live,
+        serde_json::to_vec(&member("10.0.0.9:2552", 1)).unwrap(),
+    )
+    .unwrap();
+    tokio::task::spawn_blocking(move || {
+        let mut client = HttpClient::new(addr);
+        let resp = client
+            .request(
+                "POST",
+                "/api/v1/ingest",
+                Some(TOKEN),
+                &serde_json::to_vec(&seed).unwrap(),
+            )
+            .expect("ingest");
+        assert_eq!(resp.status, 200, "{}", resp.body);
+    })
+    .await
+    .unwrap();
+
+    let run = tokio::process::Command::new("node")
+        .arg(e2e.join("viewer.mjs"))
+        .current_dir(&e2e)
+        .env("TROUPE_URL", format!("http://{addr}"))
+        .env("TROUPE_INGEST_TOKEN", TOKEN)
+        .env("TROUPE_VIEWER_TOKEN", VIEWER)
+        .env("TROUPE_BATCH", &live)
+        .env("CHROMIUM", &chromium)
+        .env("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("the browser script finishes within 60 s")
+        .expect("node runs (install Node.js)");
+    trigger.shutdown();
+    let _ = tokio::time::timeout(Duration::from_secs(10), server).await;
+    let _ = std::fs::remove_dir_all(&batches);
+
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let results: serde_json::Value = stdout
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| {
+            panic!("no results from the browser script\nstdout: {stdout}\nstderr: {stderr}")
+        });
+    println!("viewer results: {results:#}");
+    assert!(
+        output.status.success(),
+        "viewer checks failed: {:#}\nstderr: {stderr}",
+        results["problems"]
+    );
+    let statuses = &results["statuses"];
+    for (what, expected) in [
+        ("anonymous_page", 401),
+        ("anonymous_stream", 401),
+        ("wrong_page", 401),
+        ("viewer_page", 200),
+        ("viewer_stream", 200),
+    ] {
+        assert_eq!(statuses[what], expected, "{what}: {results:#}");
+    }
 }

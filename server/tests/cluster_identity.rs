@@ -21,6 +21,7 @@ troupe_server::on_every_store!(
     reports_without_an_identity_are_still_accepted_and_kept_apart_from_those_with_one,
     a_cluster_scoped_token_cannot_write_another_clusters_history,
     a_malformed_identity_or_a_key_of_another_identity_is_refused_and_nothing_merged,
+    every_route_that_names_a_cluster_lists_409_and_answers_it_for_a_bare_name_two_clusters_share,
 );
 
 /// What `troupe-agent` sends for cluster `shop` with two different secrets (any 64 hex digits
@@ -425,4 +426,86 @@ async fn a_malformed_identity_or_a_key_of_another_identity_is_refused_and_nothin
     let (_, members) = get!(app, &format!("/api/v1/clusters/{LEGIT_KEY}/members"));
     assert_eq!(nodes_of(&members), ["a:1"], "{members:#}");
     assert_eq!(members["leader"], "a:1");
+}
+
+/// Every operation of the OpenAPI document that names a cluster (in its path or as the
+/// `cluster` query parameter) lists 409, and answers it for a bare name two clusters share.
+async fn every_route_that_names_a_cluster_lists_409_and_answers_it_for_a_bare_name_two_clusters_share(
+    store: Store,
+) {
+    let app = service!(store, |_| {});
+    for (identity, node) in [(LEGIT, "10.0.0.1:2552"), (INTRUDER, "10.0.0.9:2552")] {
+        let batch = BatchBuilder::new("shop", node, 1)
+            .cluster_identity(identity)
+            .member(1, EventBody::MemberUp, node, MemberStatus::Up, &["w"])
+            .build();
+        let (status, body) = send!(app, batch, INGEST);
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    let doc = troupe_server::api::openapi::document_value();
+    let mut checked = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            let in_query = operation["parameters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|p| p["name"] == "cluster" && p["in"] == "query");
+            if !path.contains("{cluster}") && !in_query {
+                continue;
+            }
+            assert!(
+                operation["responses"]["409"].is_object(),
+                "{method} {path} does not list 409 for a shared bare name"
+            );
+            let mut uri = path
+                .replace("{cluster}", "shop")
+                .replace("{address}", "10.0.0.1:2552")
+                .replace("{name}", "billing");
+            assert!(
+                !uri.contains('{'),
+                "{method} {path}: a path parameter this test does not fill"
+            );
+            // The cluster, and whatever else the operation requires (an actor path will do).
+            let mut query = Vec::new();
+            if in_query {
+                query.push("cluster=shop".to_owned());
+            }
+            for parameter in operation["parameters"].as_array().into_iter().flatten() {
+                if parameter["in"] == "query"
+                    && parameter["required"] == true
+                    && parameter["name"] != "cluster"
+                {
+                    query.push(format!(
+                        "{}=%2Fuser%2Fw",
+                        parameter["name"].as_str().unwrap()
+                    ));
+                }
+            }
+            // One of two optional parameters is needed here: a router's path.
+            if path.ends_with("/routers/depth") {
+                query.push("router=%2Fuser%2Fw".to_owned());
+            }
+            if !query.is_empty() {
+                uri = format!("{uri}?{}", query.join("&"));
+            }
+            let request = TestRequest::default()
+                .method(method.to_uppercase().parse().unwrap())
+                .uri(&uri)
+                .insert_header(("authorization", format!("Bearer {ADMIN}")))
+                .insert_header(("content-type", "application/x-www-form-urlencoded"))
+                .set_payload("operation=Down")
+                .to_request();
+            let resp = call_service(&app, request).await;
+            let status = resp.status();
+            let body = String::from_utf8_lossy(&read_body(resp).await).into_owned();
+            assert_eq!(status, StatusCode::CONFLICT, "{method} {uri}: {body}");
+            assert!(
+                body.contains(LEGIT_KEY) && body.contains(INTRUDER_KEY),
+                "{method} {uri}: the answer lists both keys: {body}"
+            );
+            checked.push(format!("{method} {path}"));
+        }
+    }
+    assert!(checked.len() >= 19, "{checked:?}");
 }

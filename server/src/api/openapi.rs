@@ -140,7 +140,8 @@ impl Modify for TokenSchemes {
 }
 
 /// The served document: [`ApiDoc`] with what its annotations cannot say — every string of
-/// the report format refuses NUL (`\u0000`), as ingest does.
+/// the report format refuses NUL (`\u0000`), as ingest does; every read route may answer 401;
+/// every route that names a cluster may answer 409.
 #[must_use]
 pub fn document_value() -> serde_json::Value {
     let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
@@ -158,7 +159,55 @@ pub fn document_value() -> serde_json::Value {
         }
     }
     guard_reads(&mut doc);
+    ambiguous_names(&mut doc);
     doc
+}
+
+/// Every operation that names a cluster (`{cluster}` in its path, or a `cluster` query
+/// parameter) finds it the same way (`clusters::find_cluster`), so each may answer 409: a bare
+/// name that several clusters (agents holding different secrets) share, the message listing
+/// their keys.
+fn ambiguous_names(doc: &mut serde_json::Value) {
+    let Some(paths) = doc["paths"].as_object_mut() else {
+        return;
+    };
+    for (path, item) in paths.iter_mut() {
+        let body = if path.starts_with("/management/") {
+            "ManagementMessage"
+        } else {
+            "ErrorBody"
+        };
+        let in_path = path.contains("{cluster}");
+        let Some(item) = item.as_object_mut() else {
+            continue;
+        };
+        for operation in item.values_mut().filter_map(|o| o.as_object_mut()) {
+            let in_query = operation
+                .get("parameters")
+                .and_then(|p| p.as_array())
+                .is_some_and(|parameters| {
+                    parameters
+                        .iter()
+                        .any(|p| p["name"] == "cluster" && p["in"] == "query")
+                });
+            if !in_path && !in_query {
+                continue;
+            }
+            if let Some(responses) = operation
+                .get_mut("responses")
+                .and_then(|r| r.as_object_mut())
+            {
+                responses.entry("409").or_insert_with(|| {
+                    serde_json::json!({
+                        "description": "Several clusters share this bare name (their agents hold different secrets): the message lists their keys; name one by its key (`name~fingerprint`)",
+                        "content": { "application/json": { "schema": {
+                            "$ref": format!("#/components/schemas/{body}")
+                        } } }
+                    })
+                });
+            }
+        }
+    }
 }
 
 /// Every operation on a read route ([`Route::Read`]) that names no token of its own needs the
