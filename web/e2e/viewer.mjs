@@ -56,11 +56,13 @@ try {
   check(/^Basic /.test(none.challenge), `the 401 challenges for Basic first (${none.challenge})`);
   check(!none.shows, 'nothing of the cluster is shown without the credential');
   step = 'anonymous stream';
-  const docs = await none.page.goto(base + '/api/v1/docs');
+  // A page of its own: the refused one may still be moving to Chromium's error page.
+  const open = await anonymous.newPage();
+  const docs = await open.goto(base + '/api/v1/docs');
   check(docs.status() === 200, `the API docs page is open (${docs.status()})`);
   // `credentials: 'omit'`: a request with nothing to prove (Chromium would otherwise hold it
   // waiting for a sign-in that headless never gives).
-  const stream = await none.page.evaluate(async (url) => {
+  const stream = await open.evaluate(async (url) => {
     const timeout = new Promise((resolve) => setTimeout(() => resolve('no answer within 5 s'), 5000));
     const answer = fetch(url, { credentials: 'omit' }).then((r) => r.status, (e) => 'refused: ' + e);
     return Promise.race([answer, timeout]);
