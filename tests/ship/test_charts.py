@@ -112,6 +112,8 @@ def test_values_outside_the_schema_are_refused_with_the_offending_key():
         (AGENT, {"shutdwon": {}}, "shutdwon"),
         (SERVER, {"secret": {"ingestTokenKey": ""}}, "secret.ingestTokenKey"),
         (SERVER, {"replicas": 0}, "replicas"),
+        (SERVER, {"server": {"agentSilenceMs": 2999}}, "server.agentSilenceMs"),
+        (SERVER, {"server": {"agentSilenceMs": 86400001}}, "server.agentSilenceMs"),
     ]:
         with pytest.raises(helm.HelmError) as refused:
             render(chart, bad)
@@ -449,3 +451,19 @@ def test_the_viewer_token_and_the_proxy_header_reach_the_server_as_its_flags_var
     help_text = (Path(__file__).resolve().parents[2] / "server" / "src" / "config.rs").read_text()
     for name in ("TROUPE_VIEWER_TOKEN", "TROUPE_TRUSTED_PROXY_HEADER", "TROUPE_TRUSTED_PROXY_CIDRS"):
         assert f'env = "{name}"' in help_text, name
+
+
+@pytest.mark.parametrize("values, expected", [
+    ({}, "15000"),
+    ({"server": {"agentSilenceMs": 30000}}, "30000"),
+    ({"server": {"agentSilenceMs": 3000}}, "3000"),
+    ({"server": {"agentSilenceMs": 86400000}}, "86400000"),
+])
+def test_the_agent_silence_reaches_the_server_as_its_flags_variable(values, expected):
+    objs = objects(render(SERVER, values))
+    env = env_of(one(objs, "Deployment")["spec"]["template"]["spec"]["containers"][0])
+    assert env["TROUPE_AGENT_SILENCE_MS"]["value"] == expected
+    # The variable is the server's own, and the chart's range is the server's.
+    config = (Path(__file__).resolve().parents[2] / "server" / "src" / "config.rs").read_text()
+    assert 'env = "TROUPE_AGENT_SILENCE_MS"' in config
+    assert "3_000..=86_400_000" in config
