@@ -6,7 +6,10 @@
 //! A key this host knows nothing about is looked up in the directory. An owner elsewhere is
 //! remembered as the key's route and every message goes there; no owner means placement: the
 //! policy picks a host, this host claims the key when it picked itself, and otherwise forwards
-//! the messages to the chosen host marked *placed*, which claims the key itself. Of racing
+//! the messages to the chosen host marked *placed*, which claims the key itself — whatever it
+//! believed about the key (no entry, a route, a lookup in flight): it never places a placed
+//! message again, so hosts that place one key on each other crosswise (each sees the others as
+//! cold) converge on the directory's answer instead of forwarding in a ring. Of racing
 //! claimants the directory lets exactly one win; a loser routes to the winner. Only a host that
 //! won the claim (or finds its own claim in the directory) starts the activation, so with a
 //! directory whose claims outlive no fenced host there is at most one activation per key.
@@ -15,8 +18,8 @@
 //! A route is dropped when its host leaves this host's membership view, not when the directory
 //! says the owner changed: the old owner, still running, routes on by the same rules, so every
 //! message of one sender keeps travelling one ordered path. Two exceptions end loops of stale
-//! routes (an owner passivated and the key was placed again): a placed message from the very
-//! host this host's route leads to makes this host claim the key, and a message that has been
+//! routes (an owner passivated and the key was placed again): a placed message makes this host
+//! claim the key whatever its route, and a message that has been
 //! forwarded [`Limits::max_hops`] times becomes a dead letter and drops the route it was about
 //! to take, so the next message asks the directory.
 //!
@@ -375,14 +378,7 @@ impl<T> ActivationState<T> {
         }
     }
 
-    fn on_message(
-        &mut self,
-        key: String,
-        envelope: Envelope<T>,
-        from: Option<UniqueAddress>,
-        now: Instant,
-        out: &mut Out<T>,
-    ) {
+    fn on_message(&mut self, key: String, envelope: Envelope<T>, now: Instant, out: &mut Out<T>) {
         if self.fenced {
             out.push(Action::DeadLetter {
                 key,
@@ -391,22 +387,31 @@ impl<T> ActivationState<T> {
             });
             return;
         }
+        // A host placed the key here: claim it rather than follow a route or place it again.
+        // Placing again is what looped when hosts that saw each other as cold placed one key
+        // crosswise; the directory's claim is the arbiter, and a loser routes to the winner
+        // unmarked, so a placed message is placed at most once more (after a release).
         let claim_here = envelope.placed
             && !self.leaving
-            && match self.keys.get(&key) {
-                None => true,
-                // The host this route leads to placed the key here: the route is stale (that
-                // host no longer owns the key) and following it would loop.
-                Some(KeyState::Routed { via, .. }) => from.as_ref() == Some(via),
-                Some(_) => false,
-            };
-        if claim_here {
-            self.keys.insert(
-                key.clone(),
-                KeyState::Claiming {
-                    buffer: VecDeque::from([envelope]),
-                },
+            && matches!(
+                self.keys.get(&key),
+                None | Some(KeyState::Routed { .. } | KeyState::Resolving { .. })
             );
+        if claim_here {
+            let mut buffer = match self.keys.remove(&key) {
+                Some(KeyState::Resolving { buffer }) => buffer,
+                _ => VecDeque::new(),
+            };
+            if buffer.len() >= self.limits.buffer_size {
+                out.push(Action::DeadLetter {
+                    key: key.clone(),
+                    item: envelope.item,
+                    cause: Undelivered::BufferFull,
+                });
+            } else {
+                buffer.push_back(envelope);
+            }
+            self.keys.insert(key.clone(), KeyState::Claiming { buffer });
             out.push(Action::Claim { key });
             return;
         }
@@ -870,11 +875,12 @@ pub(crate) fn step<T>(
 ) -> (ActivationState<T>, Vec<Action<T>>) {
     let mut out = Vec::new();
     match event {
+        // Where it came from does not matter: a placed message is claimed whoever placed it.
         Event::Message {
             key,
             envelope,
-            from,
-        } => state.on_message(key, envelope, from, now, &mut out),
+            from: _,
+        } => state.on_message(key, envelope, now, &mut out),
         Event::LookedUp { key, owner } => state.on_looked_up(key, owner, now, &mut out),
         Event::Claimed {
             key,

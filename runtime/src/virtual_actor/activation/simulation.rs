@@ -833,3 +833,52 @@ fn activation_count_placement_steers_new_keys_to_a_newly_added_host() {
         );
     }
 }
+
+#[test]
+fn hosts_that_see_each_other_cold_converge_on_one_activation_without_dead_letters() {
+    // Every host sees the others as cold (nothing published yet) and itself as loaded, so each
+    // places a concurrent first message on another host: crosswise placements. The directory's
+    // claim must arbitrate instead of the placed messages being placed again around the ring.
+    for seed in 0..200 {
+        let hosts = 3 + (seed % 3) as usize;
+        let scenario = Scenario {
+            hosts,
+            keys: 1,
+            sends: 0,
+            faults: false,
+            idle: None,
+            policy: 0,
+        };
+        let mut sim = Sim::new(seed, scenario);
+        for round in 0..4u64 {
+            for host in 0..hosts {
+                let msg = Msg {
+                    id: sim.next_msg,
+                    sender: host as u64,
+                    seq: round,
+                };
+                sim.next_msg += 1;
+                sim.at.insert(msg.id, host);
+                sim.feed(
+                    host,
+                    Event::Message {
+                        key: "hot".to_owned(),
+                        envelope: Envelope::new(msg),
+                        from: None,
+                    },
+                );
+            }
+        }
+        sim.run_until(Duration::from_secs(5));
+        sim.check_accounted();
+        let sent = hosts * 4;
+        assert_eq!(
+            (sim.figures.handled, sim.figures.dead_letters),
+            (sent, 0),
+            "seed {seed}: {hosts} hosts placing crosswise: {:?}",
+            sim.figures
+        );
+        assert_eq!(sim.figures.activations, 1, "seed {seed}: {:?}", sim.figures);
+        assert_eq!(sim.figures.reordered, 0, "seed {seed}: {:?}", sim.figures);
+    }
+}

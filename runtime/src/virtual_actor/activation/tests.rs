@@ -4,7 +4,9 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::Address;
-use crate::virtual_actor::placement::{ActivationCountPlacement, PreferLocalPlacement};
+use crate::virtual_actor::placement::{
+    ActivationCountPlacement, PreferLocalPlacement, RandomPlacement,
+};
 
 fn host(i: u8) -> UniqueAddress {
     UniqueAddress {
@@ -427,7 +429,7 @@ fn a_message_forwarded_too_often_becomes_a_dead_letter_and_drops_the_route() {
 }
 
 #[test]
-fn a_placed_message_from_the_host_a_stale_route_points_to_ends_the_loop_by_claiming() {
+fn a_placed_message_is_claimed_whatever_route_this_host_has_and_the_directory_arbitrates() {
     let now = Instant::now();
     let mut state = machine(limits(10, None), Arc::new(PreferLocalPlacement), 3);
     feed(&mut state, msg("a", 1), now);
@@ -439,7 +441,6 @@ fn a_placed_message_from_the_host_a_stale_route_points_to_ends_the_loop_by_claim
         },
         now,
     );
-    // Host 2 placed it here on stale information: this host's route stands.
     let placed = |item, from| Event::Message {
         key: key("a"),
         envelope: Envelope {
@@ -449,11 +450,69 @@ fn a_placed_message_from_the_host_a_stale_route_points_to_ends_the_loop_by_claim
         },
         from: Some(host(from)),
     };
+    // Host 2 placed it here: claim, never follow the route or place it again (that looped
+    // when hosts placed one key on each other crosswise).
     let actions = feed(&mut state, placed(2, 2), now);
-    assert!(matches!(&actions[..], [Action::Forward { to, .. }] if *to == host(1)));
-    // Host 1 passivated the key, was asked again, and placed it here.
-    let actions = feed(&mut state, placed(3, 1), now);
     assert_eq!(actions, vec![Action::Claim { key: key("a") }]);
+    // What comes meanwhile waits behind it.
+    let actions = feed(&mut state, msg("a", 3), now);
+    assert!(actions.is_empty(), "{actions:?}");
+    // Host 1 still holds the claim: both go there, unmarked, in order.
+    let actions = feed(
+        &mut state,
+        Event::Claimed {
+            key: key("a"),
+            owner: host(1),
+            revision: Revision(1),
+        },
+        now,
+    );
+    let forwarded: Vec<(u32, bool)> = actions
+        .iter()
+        .map(|a| match a {
+            Action::Forward { to, envelope, .. } if *to == host(1) => {
+                (envelope.item, envelope.placed)
+            }
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    assert_eq!(forwarded, vec![(2, false), (3, false)]);
+    assert_eq!(state.expect("state").route_of("a"), Some(&host(1)));
+}
+
+#[test]
+fn a_placed_message_during_a_lookup_claims_at_once_with_what_waited_first() {
+    let now = Instant::now();
+    let mut state = machine(limits(10, None), Arc::new(RandomPlacement), 3);
+    assert_eq!(
+        feed(&mut state, msg("a", 1), now),
+        vec![Action::Lookup { key: key("a") }]
+    );
+    let actions = feed(
+        &mut state,
+        Event::Message {
+            key: key("a"),
+            envelope: Envelope {
+                item: 2,
+                hops: 1,
+                placed: true,
+            },
+            from: Some(host(2)),
+        },
+        now,
+    );
+    assert_eq!(actions, vec![Action::Claim { key: key("a") }]);
+    // The lookup's late answer is stale: no placement elsewhere.
+    let actions = feed(
+        &mut state,
+        Event::LookedUp {
+            key: key("a"),
+            owner: None,
+        },
+        now,
+    );
+    assert!(actions.is_empty(), "{actions:?}");
+    assert_eq!(state.as_ref().expect("state").buffered("a"), vec![&1, &2]);
 }
 
 // --- property tests --------------------------------------------------------------------------
