@@ -166,6 +166,12 @@ fn the_ingest_body_is_the_report_format_and_u64_values_are_strings_accepting_num
         schemas["MemberDto"]["properties"]["node_uid"]["$ref"],
         "#/components/schemas/Uint64"
     );
+    // What the agent reports in `dropped.spool_batches`, the API returns (issue 14).
+    assert!(schemas["DroppedCounts"]["properties"]["spool_batches"].is_object());
+    assert_eq!(
+        schemas["DroppedDto"]["properties"]["spool_batches"]["type"],
+        "integer"
+    );
 }
 
 /// The byte limit of every string field of the report format, by its schema and property, as

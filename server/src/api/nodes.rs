@@ -44,6 +44,11 @@ pub struct DroppedDto {
     pub health: i64,
     /// Depth samples.
     pub depth_samples: i64,
+    /// Whole report batches the agent's spool gave up (pushed out when full, refused as bad
+    /// input on replay, torn or unreadable in the spool file), of this incarnation or an
+    /// earlier one of the same node. Counts batches, not items: their items that could be
+    /// read are counted by kind above too.
+    pub spool_batches: i64,
 }
 
 /// One agent incarnation.
@@ -104,6 +109,7 @@ impl NodeDto {
                 dead_letters: row.dropped_dead_letters,
                 health: row.dropped_health,
                 depth_samples: row.dropped_depth_samples,
+                spool_batches: row.dropped_spool_batches,
             },
         }
     }

@@ -199,6 +199,7 @@ macro_rules! begin_batch {
             .bind(d.dead_letters as i64)
             .bind(d.health as i64)
             .bind(d.depth_samples as i64)
+            .bind(d.spool_batches as i64)
             .bind(batch.sent_at_ms.saturating_sub($received_ms))
             .fetch_one(&mut *$tx)
             .await?;

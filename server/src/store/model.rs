@@ -55,6 +55,8 @@ pub struct AgentRow {
     pub dropped_health: i64,
     /// Dropped depth samples.
     pub dropped_depth_samples: i64,
+    /// Whole report batches its spool gave up (full, refused on replay, torn or unreadable).
+    pub dropped_spool_batches: i64,
     /// The agent's clock minus the server's, as measured on its latest batch: its send time
     /// minus the receive time (transit included, so slightly negative for a correct clock).
     pub clock_skew_ms: i64,
@@ -324,6 +326,7 @@ mod tests {
             dropped_dead_letters: 0,
             dropped_health: 0,
             dropped_depth_samples: 0,
+            dropped_spool_batches: 0,
             clock_skew_ms: 0,
         }
     }

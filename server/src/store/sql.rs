@@ -19,8 +19,9 @@ pub(crate) const CLUSTER_ID: &str = "SELECT id, identity FROM clusters WHERE clu
 pub(crate) const UPSERT_AGENT: &str = "\
 INSERT INTO agents (cluster_id, node, incarnation, meta_node, first_seen_ms, last_report_ms,
     last_sent_ms, last_sequence, dropped_membership, dropped_singleton, dropped_router,
-    dropped_dead_letters, dropped_health, dropped_depth_samples, clock_skew_ms)
-VALUES ($1, $2, $3, $4, $5, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+    dropped_dead_letters, dropped_health, dropped_depth_samples, dropped_spool_batches,
+    clock_skew_ms)
+VALUES ($1, $2, $3, $4, $5, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
 ON CONFLICT (cluster_id, node, incarnation) DO UPDATE SET
     meta_node = excluded.meta_node,
     last_report_ms = excluded.last_report_ms,
@@ -41,7 +42,9 @@ ON CONFLICT (cluster_id, node, incarnation) DO UPDATE SET
     dropped_health = CASE WHEN excluded.dropped_health > agents.dropped_health
         THEN excluded.dropped_health ELSE agents.dropped_health END,
     dropped_depth_samples = CASE WHEN excluded.dropped_depth_samples > agents.dropped_depth_samples
-        THEN excluded.dropped_depth_samples ELSE agents.dropped_depth_samples END
+        THEN excluded.dropped_depth_samples ELSE agents.dropped_depth_samples END,
+    dropped_spool_batches = CASE WHEN excluded.dropped_spool_batches > agents.dropped_spool_batches
+        THEN excluded.dropped_spool_batches ELSE agents.dropped_spool_batches END
 RETURNING id";
 
 pub(crate) const INSERT_BATCH: &str = "\
@@ -187,7 +190,8 @@ FROM members WHERE cluster_id = $1 ORDER BY address, uid";
 pub(crate) const AGENTS: &str = "\
 SELECT id, node, incarnation, meta_node, first_seen_ms, last_report_ms, last_sent_ms,
     last_sequence, health, dropped_membership, dropped_singleton, dropped_router,
-    dropped_dead_letters, dropped_health, dropped_depth_samples, clock_skew_ms
+    dropped_dead_letters, dropped_health, dropped_depth_samples, dropped_spool_batches,
+    clock_skew_ms
 FROM agents WHERE cluster_id = $1 ORDER BY node, first_seen_ms DESC, id DESC";
 
 /// Followed by the bound cluster id and optional filters.

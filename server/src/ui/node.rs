@@ -81,6 +81,7 @@ async fn build(state: &AppState, req: &HttpRequest) -> Result<NodePage, UiError>
                 ("dead letters", a.dropped_dead_letters),
                 ("health events", a.dropped_health),
                 ("depth samples", a.dropped_depth_samples),
+                ("spooled batches given up", a.dropped_spool_batches),
             ]
             .into_iter()
             .map(|(kind, n)| DropView {
