@@ -53,8 +53,7 @@ async fn spool_batches_are_stored_returned_and_shown(store: Store) {
             .configure(troupe_server::ui::configure),
     )
     .await;
-    let nodes: Value =
-        serde_json::from_str(&get_text!(app, "/api/v1/clusters/app/nodes")).unwrap();
+    let nodes: Value = serde_json::from_str(&get_text!(app, "/api/v1/clusters/app/nodes")).unwrap();
     assert_eq!(nodes[0]["dropped"]["spool_batches"], 9, "{nodes}");
     assert_eq!(nodes[0]["dropped"]["depth_samples"], 4, "{nodes}");
     let members: Value =
@@ -67,7 +66,9 @@ async fn spool_batches_are_stored_returned_and_shown(store: Store) {
     let page = get_text!(app, "/ui/node?cluster=app&node=a%3A1");
     let row = "<tr><td>spooled batches given up</td><td class=\"num\"><span class=\"badge warn\">9</span></td></tr>";
     assert!(page.contains(row), "the node page lacks {row}: {page}");
-    let depth = page.find("<td>depth samples</td>").expect("depth samples row");
+    let depth = page
+        .find("<td>depth samples</td>")
+        .expect("depth samples row");
     assert!(
         page.find(row).unwrap() > depth,
         "next to the other dropped counts"
