@@ -9,7 +9,9 @@
 //! Every message is an ask from a client on some host, so each one must end as handled, as a
 //! dead letter, or as lost with a host that died or was cut off while holding it (the caller's
 //! ask times out). Checked over 200+ seeds: never two running activations of one key, every
-//! message accounted for, none handled twice.
+//! message accounted for, none handled twice. Without a lease (a gossip-only partition of one
+//! host that still reaches the directory, nobody fencing) the same harness measures how long
+//! two activations of a key overlap instead of failing on them.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -77,6 +79,7 @@ enum SimEvent {
     Fence(usize),
     Evict(usize),
     Join,
+    Partition(usize),
 }
 
 struct Host {
@@ -86,6 +89,8 @@ struct Host {
     alive: bool,
     /// Unreachable: no network, no directory (and fenced soon after).
     cut: bool,
+    /// Gossip-only partition: cut from the other hosts, not from the directory, not fenced.
+    partitioned: bool,
     leaving: bool,
     /// Running activations: key -> the last seq handled per sender.
     running: BTreeMap<String, BTreeMap<u64, u64>>,
@@ -132,6 +137,12 @@ struct Sim {
     next_seq: BTreeMap<u64, u64>,
     scenario: Scenario,
     figures: Figures,
+    /// Without a lease: record two activations of a key instead of failing on them.
+    gossip_only: bool,
+    /// Keys running on two hosts, since when.
+    overlapping: BTreeMap<String, Duration>,
+    /// How long each overlap of two activations lasted.
+    overlaps: Vec<Duration>,
 }
 
 fn address(index: usize) -> UniqueAddress {
@@ -168,6 +179,9 @@ impl Sim {
             next_seq: BTreeMap::new(),
             scenario,
             figures: Figures::default(),
+            gossip_only: false,
+            overlapping: BTreeMap::new(),
+            overlaps: Vec::new(),
         };
         for _ in 0..scenario.hosts {
             sim.boot();
@@ -205,6 +219,7 @@ impl Sim {
             machine: Some(machine),
             alive: true,
             cut: false,
+            partitioned: false,
             leaving: false,
             running: BTreeMap::new(),
         });
@@ -308,9 +323,16 @@ impl Sim {
                 );
             }
             Action::Start { key } => {
+                let twice = self
+                    .hosts
+                    .iter()
+                    .any(|h| h.alive && h.running.contains_key(&key));
+                if self.gossip_only && twice {
+                    self.overlapping.entry(key.clone()).or_insert(self.now);
+                }
                 for (other, h) in self.hosts.iter().enumerate() {
                     assert!(
-                        !(h.alive && h.running.contains_key(&key)),
+                        self.gossip_only || !(h.alive && h.running.contains_key(&key)),
                         "seed {}: {key} activated on host {host} while host {other} runs it (t={:?})",
                         self.seed,
                         self.now
@@ -357,7 +379,10 @@ impl Sim {
                     return;
                 }
                 for other in 0..self.hosts.len() {
-                    if other != host && self.reachable(other) {
+                    if other != host
+                        && self.reachable(other)
+                        && self.hosts[other].partitioned == self.hosts[host].partitioned
+                    {
                         self.gossip_load(host, other, count);
                     }
                 }
@@ -447,6 +472,20 @@ impl Sim {
             .unwrap_or_else(|| panic!("seed {}: unknown host {name} in the directory", self.seed))
     }
 
+    /// `key` may have stopped running twice: close its overlap.
+    fn overlap_ended(&mut self, key: &str) {
+        let running = self
+            .hosts
+            .iter()
+            .filter(|h| h.alive && h.running.contains_key(key))
+            .count();
+        if running < 2
+            && let Some(since) = self.overlapping.remove(key)
+        {
+            self.overlaps.push(self.now - since);
+        }
+    }
+
     /// Everything a dead or cut-off host held is lost with it.
     fn lose_held_by(&mut self, host: usize) {
         let held: Vec<u64> = self
@@ -514,7 +553,8 @@ impl Sim {
                 key,
                 envelope,
             } => {
-                if self.reachable(to) {
+                if self.reachable(to) && self.hosts[from].partitioned == self.hosts[to].partitioned
+                {
                     self.at.insert(envelope.item.id, to);
                     let from = Some(address(from));
                     self.feed(
@@ -533,6 +573,7 @@ impl Sim {
             SimEvent::StopDone { host, key } => {
                 if self.hosts[host].alive {
                     self.hosts[host].running.remove(&key);
+                    self.overlap_ended(&key);
                     self.feed(host, Event::Stopped { key });
                 }
             }
@@ -575,6 +616,17 @@ impl Sim {
                     for key in evicted {
                         self.watched(&key, Watched::Released(address(host)), revision);
                     }
+                }
+            }
+            SimEvent::Partition(host) => {
+                if self.reachable(host) {
+                    // Gossip-only: the two sides age each other out; nobody fences, and the
+                    // partitioned host still reaches the directory and sees its watch.
+                    self.hosts[host].partitioned = true;
+                    self.remove_from_views(host);
+                    self.views[host] = BTreeSet::from([host]);
+                    let delay = self.millis(100, 900);
+                    self.deliver_view(host, delay);
                 }
             }
             SimEvent::Join => {
@@ -881,4 +933,53 @@ fn hosts_that_see_each_other_cold_converge_on_one_activation_without_dead_letter
         assert_eq!(sim.figures.activations, 1, "seed {seed}: {:?}", sim.figures);
         assert_eq!(sim.figures.reordered, 0, "seed {seed}: {:?}", sim.figures);
     }
+}
+
+#[test]
+fn without_a_lease_a_partitioned_host_overlaps_only_until_its_watch_shows_the_eviction() {
+    // Gossip-only membership over the in-memory directory: one host is cut from its peers but
+    // not from the directory, and nobody fences. The survivors evict its claims and activate
+    // its keys again while it still runs them: two activations, until the partitioned host's
+    // watch shows its claim gone and its activation stops.
+    let mut overlaps: Vec<Duration> = Vec::new();
+    for seed in 0..200 {
+        let scenario = Scenario {
+            hosts: 4,
+            keys: 30,
+            sends: 1_500,
+            faults: false,
+            idle: None,
+            policy: (seed % 3) as u8,
+        };
+        let mut sim = Sim::new(seed, scenario);
+        sim.gossip_only = true;
+        let span = Duration::from_secs(20);
+        sim.schedule(span);
+        sim.at(
+            Duration::from_secs(5),
+            SimEvent::Partition((seed % 4) as usize),
+        );
+        sim.run_until(span + Duration::from_secs(60));
+        sim.check_accounted();
+        assert!(
+            sim.overlapping.is_empty(),
+            "seed {seed}: still running twice at the end: {:?}",
+            sim.overlapping
+        );
+        overlaps.extend(sim.overlaps);
+    }
+    overlaps.sort();
+    let max = overlaps.last().copied().unwrap_or_default();
+    let p50 = overlaps
+        .get(overlaps.len() / 2)
+        .copied()
+        .unwrap_or_default();
+    println!(
+        "200 seeds, gossip-only partition: {} overlaps of two activations, p50 {p50:?}, max {max:?}",
+        overlaps.len()
+    );
+    // The window exists without a lease (or the test proves nothing), and it closes within the
+    // simulated watch delay (at most 30 ms) plus the stop (at most 20 ms).
+    assert!(overlaps.len() > 10, "{} overlaps", overlaps.len());
+    assert!(max <= Duration::from_millis(50), "max overlap {max:?}");
 }
