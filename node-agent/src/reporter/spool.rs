@@ -5,8 +5,9 @@
 //! deadline belongs to the shell), so the whole machine is property-tested.
 //!
 //! # The file
-//! One file per node (`<cluster>@<host>_<port>.jsonl`, [`file_name`]) of JSON lines: an
-//! optional loss record `{"lost":{…}}` first, then one [`ReportBatch`] per line in wire format,
+//! One file per node (`<cluster>@<host>_<port>.jsonl`, [`file_name`]) of JSON lines: the
+//! header `{"troupe_report_spool":1}` ([`FILE_VERSION`]), an optional loss record
+//! `{"lost":{…}}`, then one [`ReportBatch`] per line in wire format,
 //! in the order the batches were cut. Batches keep their identity (incarnation) and sequence,
 //! so replaying one the server already stored is a duplicate it drops: a batch is never
 //! removed from the file before its acknowledgement, and replaying too much is harmless.
@@ -19,7 +20,11 @@
 //! # Torn and corrupt lines
 //! A process killed mid-write leaves a last line without its newline; a disk or a hand can
 //! leave a line that is not JSON. Loading skips each such line, counts it as a lost batch of
-//! unknown content, and rewrites the file clean, so the agent always starts.
+//! unknown content, and rewrites the file clean (the bad lines removed), so the agent always
+//! starts. A file whose header names another format version (a newer or older agent's) is not
+//! read at all: it is moved aside for the operator ([`Action::Quarantine`]), each of its lines
+//! counted as a lost batch. A file without a header is read as version 1 and rewritten with
+//! one. What was wrong is answered as [`Action::Damaged`], for one WARN naming the file.
 //!
 //! # Where losses go
 //! While the node runs, a loss is an [`Action::Lost`]: the shell counts it on `/metrics` and in
@@ -39,8 +44,81 @@ mod tests;
 /// The smallest `max_bytes` a spool takes: room for the loss record and a small batch.
 pub const MIN_MAX_BYTES: u64 = 4 * 1024;
 
-/// Bytes kept free for the loss record, so the record never pushes the file over its bound.
+/// Bytes kept free for the header and the loss record, so they never push the file over its
+/// bound.
 const RECORD_RESERVE: u64 = 512;
+
+/// The spool file format this agent writes and reads (the header's `troupe_report_spool`).
+pub const FILE_VERSION: u64 = 1;
+
+/// The header line, first in every file the machine writes.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Header {
+    troupe_report_spool: u64,
+}
+
+fn header_line() -> String {
+    let mut line = serde_json::to_string(&Header {
+        troupe_report_spool: FILE_VERSION,
+    })
+    .expect("a header always serializes");
+    line.push('\n');
+    line
+}
+
+/// Lines named in a [`Damage`] at most.
+const NAMED_LINES: usize = 5;
+
+/// What was wrong with a spool file at load.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Damage {
+    /// The version its header names, when it is not [`FILE_VERSION`]: nothing was read.
+    pub wrong_version: Option<u64>,
+    /// Lines that are neither the header, a report batch nor the loss record.
+    pub unreadable_lines: u64,
+    /// The first [`NAMED_LINES`] of them, numbered from 1.
+    pub first_unreadable: Vec<usize>,
+    /// The last line has no newline and is not whole JSON: a write cut short.
+    pub torn_tail: bool,
+}
+
+impl Damage {
+    /// Whether nothing was wrong.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+impl std::fmt::Display for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = Vec::new();
+        if let Some(version) = self.wrong_version {
+            parts.push(format!(
+                "its header says spool format version {version}, this agent reads version \
+                 {FILE_VERSION} only ({} line(s) not read)",
+                self.unreadable_lines
+            ));
+        } else if self.unreadable_lines > 0 {
+            let named: Vec<String> = self.first_unreadable.iter().map(usize::to_string).collect();
+            let more = if self.unreadable_lines > named.len() as u64 {
+                ", …"
+            } else {
+                ""
+            };
+            parts.push(format!(
+                "{} line(s) neither a report batch nor a loss record (line {}{more}), removed",
+                self.unreadable_lines,
+                named.join(", ")
+            ));
+        }
+        if self.torn_tail {
+            parts.push("the last line is torn (a write cut short), removed".to_owned());
+        }
+        f.write_str(&parts.join("; "))
+    }
+}
 
 /// Names one batch: the incarnation that cut it and its sequence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -133,6 +211,9 @@ struct LossRecord {
 pub enum Event {
     /// The file's bytes at start (empty: there was no file).
     Loaded(Vec<u8>),
+    /// The file was there but could not be read (no permission, an I/O error); the shell moved
+    /// it aside. One batch of unknown content is lost.
+    Unreadable,
     /// A batch that must survive this process (cut while shutting down, or not delivered).
     Append(Box<ReportBatch>),
     /// The server acknowledged this batch (stored now or before).
@@ -158,6 +239,11 @@ pub enum Action {
     Remove,
     /// Count this loss on `/metrics` and in the next report's `dropped`.
     Lost(SpoolLoss),
+    /// Move the file aside, kept for the operator (it is not this agent's format); the spool
+    /// starts with no file.
+    Quarantine,
+    /// The file loaded was damaged like this: log it, naming the file.
+    Damaged(Damage),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -327,14 +413,39 @@ impl Spool {
             return;
         }
         let mut loss = SpoolLoss::default();
+        let mut damage = Damage::default();
         let mut clean = true;
+        let mut header = false;
+        let mut first = true;
         let mut batches = Vec::new();
-        let mut lines = bytes.split(|b| *b == b'\n').peekable();
-        while let Some(line) = lines.next() {
+        let mut lines = bytes.split(|b| *b == b'\n').enumerate().peekable();
+        while let Some((index, line)) = lines.next() {
             let last = lines.peek().is_none();
             if line.iter().all(u8::is_ascii_whitespace) {
                 // The empty segment after a final newline, or a blank line.
                 clean &= last || line.is_empty();
+                continue;
+            }
+            if std::mem::take(&mut first)
+                && let Ok(found) = serde_json::from_slice::<Header>(line)
+            {
+                if found.troupe_report_spool != FILE_VERSION {
+                    // Another agent's format: read nothing, keep the file for the operator.
+                    let rest = lines
+                        .by_ref()
+                        .filter(|(_, line)| !line.iter().all(u8::is_ascii_whitespace))
+                        .count() as u64;
+                    damage.wrong_version = Some(found.troupe_report_spool);
+                    damage.unreadable_lines = rest;
+                    loss.batches = rest;
+                    actions.push(Action::Damaged(damage));
+                    actions.push(Action::Quarantine);
+                    self.disk = Disk::Empty;
+                    self.lose(loss, actions);
+                    return;
+                }
+                header = true;
+                clean &= !last;
                 continue;
             }
             if last {
@@ -343,7 +454,10 @@ impl Spool {
                 clean = false;
                 match serde_json::from_slice::<ReportBatch>(line) {
                     Ok(batch) => batches.push(batch),
-                    Err(_) => loss.add(SpoolLoss::unreadable()),
+                    Err(_) => {
+                        damage.torn_tail = true;
+                        loss.add(SpoolLoss::unreadable());
+                    }
                 }
                 continue;
             }
@@ -353,9 +467,16 @@ impl Spool {
                 loss.add(record.lost);
                 clean = false;
             } else {
+                damage.unreadable_lines += 1;
+                if damage.first_unreadable.len() < NAMED_LINES {
+                    damage.first_unreadable.push(index + 1);
+                }
                 loss.add(SpoolLoss::unreadable());
                 clean = false;
             }
+        }
+        if !damage.is_empty() {
+            actions.push(Action::Damaged(damage));
         }
         self.disk = Disk::Unknown;
         self.lose(loss, actions);
@@ -363,14 +484,15 @@ impl Spool {
         for batch in batches {
             self.push(batch, actions);
         }
-        clean &= self.lost_total == before;
+        clean &= header && self.lost_total == before;
         if clean {
             self.disk = Disk::Lines {
                 record: SpoolLoss::default(),
                 keys: self.entries.iter().map(|entry| entry.key).collect(),
             };
         } else {
-            // Junk, a record already reported above, or batches pushed out: start clean.
+            // Junk, no header, a record already reported above, or batches pushed out: start
+            // clean.
             self.persist(actions);
         }
     }
@@ -399,10 +521,16 @@ impl Spool {
                 _ => 0,
             };
             if written < keys.len() {
-                actions.push(Action::Append(self.lines(written)));
+                let mut text = if self.disk == Disk::Empty {
+                    header_line()
+                } else {
+                    String::new()
+                };
+                text.push_str(&self.lines(written));
+                actions.push(Action::Append(text));
             }
         } else {
-            let mut text = String::new();
+            let mut text = header_line();
             if !record.is_empty() {
                 text.push_str(
                     &serde_json::to_string(&LossRecord { lost: record })
@@ -433,6 +561,7 @@ pub fn step(spool: &mut Spool, event: Event) -> Vec<Action> {
     let mut actions = Vec::new();
     match event {
         Event::Loaded(bytes) => spool.load(&bytes, &mut actions),
+        Event::Unreadable => spool.lose(SpoolLoss::unreadable(), &mut actions),
         Event::Append(batch) => spool.push(*batch, &mut actions),
         Event::Acknowledged(key) => {
             spool.remove(key);

@@ -57,7 +57,13 @@ impl File {
                     self.1 = None;
                     self.0.clear();
                 }
+                Action::Quarantine => {
+                    // Moved aside: the spool's own file is gone.
+                    self.1 = None;
+                    self.0.clear();
+                }
                 Action::Lost(loss) => lost.add(*loss),
+                Action::Damaged(_) => {}
             }
         }
         lost
@@ -125,9 +131,106 @@ fn a_torn_last_line_is_skipped_and_counted_and_the_file_rewritten_clean() {
     assert_eq!(lost.batches, 1, "{actions:?}");
     assert_eq!(lost.items.total(), 0, "its content is unknown");
     assert!(
-        matches!(actions.as_slice(), [Action::Lost(_), Action::Rewrite(text)] if text.lines().count() == 1),
+        matches!(actions.as_slice(),
+            [Action::Damaged(damage), Action::Lost(_), Action::Rewrite(text)]
+                if damage.torn_tail && damage.unreadable_lines == 0
+                    // The header and the one whole batch.
+                    && text.lines().count() == 2
+                    && text.starts_with("{\"troupe_report_spool\":1}\n")),
         "{actions:?}"
     );
+}
+
+/// The lines of a file holding the header and batches 1..=n of incarnation 1.
+fn file_of(n: u64) -> Vec<String> {
+    let mut file = File::default();
+    let mut spool = Spool::new(64 * 1024);
+    for sequence in 1..=n {
+        step(&mut spool, Event::Append(Box::new(batch(1, sequence, 1, 3))));
+    }
+    file.perform(&step(&mut spool, Event::Persist));
+    String::from_utf8(file.0)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn damage_of(actions: &[Action]) -> Option<&Damage> {
+    actions.iter().find_map(|a| match a {
+        Action::Damaged(damage) => Some(damage),
+        _ => None,
+    })
+}
+
+#[test]
+fn garbage_lines_are_named_removed_and_counted_and_every_readable_batch_kept() {
+    let mut lines = file_of(3);
+    assert_eq!(lines[0], "{\"troupe_report_spool\":1}");
+    lines.insert(2, "\u{1}\u{2} garbage".to_owned());
+    lines.insert(4, "{\"identity\": 7}".to_owned());
+    let text = lines.join("\n") + "\n";
+    let mut spool = Spool::new(64 * 1024);
+    let actions = step(&mut spool, Event::Loaded(text.into_bytes()));
+    assert_eq!(keys(&spool), [key(1, 1), key(1, 2), key(1, 3)]);
+    let damage = damage_of(&actions).expect("damage reported");
+    assert_eq!(damage.unreadable_lines, 2);
+    assert_eq!(damage.first_unreadable, [3, 5]);
+    assert_eq!(
+        damage.to_string(),
+        "2 line(s) neither a report batch nor a loss record (line 3, 5), removed"
+    );
+    let mut file = File::default();
+    assert_eq!(file.perform(&actions).batches, 2);
+    // Rewritten clean: the header and the three batches.
+    assert_eq!(String::from_utf8(file.0).unwrap().lines().count(), 4);
+}
+
+#[test]
+fn a_file_of_another_format_version_is_quarantined_unread_and_its_lines_counted() {
+    let mut lines = file_of(2);
+    lines[0] = "{\"troupe_report_spool\":2}".to_owned();
+    let text = lines.join("\n") + "\n";
+    let mut spool = Spool::new(64 * 1024);
+    let actions = step(&mut spool, Event::Loaded(text.into_bytes()));
+    assert!(spool.is_empty(), "nothing read from another version's file");
+    assert!(actions.contains(&Action::Quarantine), "{actions:?}");
+    let damage = damage_of(&actions).expect("damage reported");
+    assert_eq!(damage.wrong_version, Some(2));
+    assert_eq!(
+        damage.to_string(),
+        "its header says spool format version 2, this agent reads version 1 only (2 line(s) not read)"
+    );
+    let lost = File::default().perform(&actions);
+    assert_eq!(lost.batches, 2);
+    assert_eq!(spool.lost_total().batches, 2);
+    // The next batch starts a new file, header first.
+    let mut file = File::default();
+    file.perform(&step(&mut spool, Event::Append(Box::new(batch(2, 1, 1, 3)))));
+    file.perform(&step(&mut spool, Event::Persist));
+    assert!(file.0.starts_with(b"{\"troupe_report_spool\":1}\n"));
+}
+
+#[test]
+fn a_file_without_a_header_is_read_as_version_1_and_rewritten_with_one_without_a_warning() {
+    let lines = file_of(2);
+    let text = lines[1..].join("\n") + "\n";
+    let mut spool = Spool::new(64 * 1024);
+    let actions = step(&mut spool, Event::Loaded(text.into_bytes()));
+    assert_eq!(keys(&spool), [key(1, 1), key(1, 2)]);
+    assert!(damage_of(&actions).is_none(), "{actions:?}");
+    assert!(
+        matches!(actions.as_slice(), [Action::Rewrite(text)] if text.starts_with("{\"troupe_report_spool\":1}\n") && text.lines().count() == 3),
+        "{actions:?}"
+    );
+}
+
+#[test]
+fn an_unreadable_file_is_one_batch_of_unknown_content() {
+    let mut spool = Spool::new(MIN_MAX_BYTES);
+    let actions = step(&mut spool, Event::Unreadable);
+    assert_eq!(File::default().perform(&actions).batches, 1);
+    assert_eq!(spool.lost_total().batches, 1);
 }
 
 #[test]
