@@ -481,3 +481,58 @@ async fn a_sigkill_after_the_spool_was_written_loses_nothing_it_held() {
     second.kill().await;
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_spool_file_is_logged_once_what_it_could_read_is_delivered_and_the_rest_counted()
+{
+    let server_port = free_port();
+    let node = Node::new("damaged", server_port);
+    let flush = Duration::from_millis(1_000);
+    // A real spool, left by a stop while the control plane is away.
+    let (mut first, old) = node.start(flush).await;
+    first.signal("TERM");
+    assert!(first.wait(flush + WAIT).await.success());
+    let path = node.spool.file(node.port);
+    let batches = spooled_batches(&path);
+    assert!(!batches.is_empty(), "{} holds batches", path.display());
+    let spooled = spooled_events(&batches);
+
+    // A disk or a hand damaged it: a garbage line after the header, and a torn last line.
+    let text = std::fs::read_to_string(&path).expect("the spool file");
+    let (header, rest) = text.split_once('\n').expect("a header line");
+    assert_eq!(header, "{\"troupe_report_spool\":1}");
+    std::fs::write(
+        &path,
+        format!("{header}\n\u{1}garbage, not a batch\n{rest}{{\"version\":1,\"identity\":{{\"clu"),
+    )
+    .expect("damage the spool file");
+
+    let server = Server::start_on(server_port, &[]).await;
+    let (mut second, new) = node.start(FLUSH_TIMEOUT).await;
+    // One WARN, naming the file and what was wrong.
+    let warned: Vec<String> = second
+        .stderr_lines()
+        .into_iter()
+        .filter(|line| line.contains("the report spool file is damaged"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{warned:#?}");
+    let warning = &warned[0];
+    for expected in [
+        "WARN",
+        path.file_name().unwrap().to_str().unwrap(),
+        "1 line(s) neither a report batch nor a loss record (line 2), removed",
+        "the last line is torn (a write cut short), removed",
+    ] {
+        assert!(warning.contains(expected), "{expected:?} not in {warning}");
+    }
+    // Every readable batch is delivered once; the two bad lines are counted as lost batches.
+    check_replay(&server, &node, (old, new), &spooled, batches.len(), 2).await;
+    let nodes = server.nodes(SYSTEM).await;
+    let reported = nodes
+        .iter()
+        .find(|n| wire_u64(&n["incarnation"]) == Some(new))
+        .map(|n| n["dropped"]["spool_batches"].clone());
+    assert_eq!(reported, Some(2.into()), "{nodes:#?}");
+    second.kill().await;
+    server.stop().await;
+}

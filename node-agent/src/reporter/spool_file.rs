@@ -269,10 +269,8 @@ mod tests {
 
     impl Dir {
         fn new(name: &str) -> Self {
-            let dir = std::env::temp_dir().join(format!(
-                "troupe-spool-file-{name}-{}",
-                std::process::id()
-            ));
+            let dir = std::env::temp_dir()
+                .join(format!("troupe-spool-file-{name}-{}", std::process::id()));
             let _ = std::fs::remove_dir_all(&dir);
             std::fs::create_dir_all(&dir).unwrap();
             Self(dir)
@@ -370,7 +368,11 @@ mod tests {
         assert_eq!(lost.batches, 2, "the garbage line and the torn tail");
         assert!(dir.aside().is_empty(), "bad lines are removed, not kept");
         let text = std::fs::read_to_string(&path).unwrap();
-        assert_eq!(text.lines().count(), 3, "the header and two batches: {text}");
+        assert_eq!(
+            text.lines().count(),
+            3,
+            "the header and two batches: {text}"
+        );
     }
 
     #[test]

@@ -146,7 +146,10 @@ fn file_of(n: u64) -> Vec<String> {
     let mut file = File::default();
     let mut spool = Spool::new(64 * 1024);
     for sequence in 1..=n {
-        step(&mut spool, Event::Append(Box::new(batch(1, sequence, 1, 3))));
+        step(
+            &mut spool,
+            Event::Append(Box::new(batch(1, sequence, 1, 3))),
+        );
     }
     file.perform(&step(&mut spool, Event::Persist));
     String::from_utf8(file.0)
@@ -206,7 +209,10 @@ fn a_file_of_another_format_version_is_quarantined_unread_and_its_lines_counted(
     assert_eq!(spool.lost_total().batches, 2);
     // The next batch starts a new file, header first.
     let mut file = File::default();
-    file.perform(&step(&mut spool, Event::Append(Box::new(batch(2, 1, 1, 3)))));
+    file.perform(&step(
+        &mut spool,
+        Event::Append(Box::new(batch(2, 1, 1, 3))),
+    ));
     file.perform(&step(&mut spool, Event::Persist));
     assert!(file.0.starts_with(b"{\"troupe_report_spool\":1}\n"));
 }
