@@ -77,7 +77,7 @@ pub struct Damage {
     pub wrong_version: Option<u64>,
     /// Lines that are neither the header, a report batch nor the loss record.
     pub unreadable_lines: u64,
-    /// The first [`NAMED_LINES`] of them, numbered from 1.
+    /// The first five of them, numbered from 1.
     pub first_unreadable: Vec<usize>,
     /// The last line has no newline and is not whole JSON: a write cut short.
     pub torn_tail: bool,
