@@ -223,9 +223,12 @@ impl AgentBuilder {
             None => None,
         };
         let report_spool = config.report_spool();
-        if let Some(spool) = &report_spool {
-            reporter::spool_file::prepare(&spool.dir)?;
-        }
+        // Held until this agent is dropped (after its last flush), and by the kernel only as
+        // long as the process lives: a second agent on the same directory is refused here.
+        let spool_lock = match &report_spool {
+            Some(spool) => Some(reporter::spool_file::prepare(&spool.dir)?),
+            None => None,
+        };
         // Bind the management listener first: a taken port fails the start before the node
         // joins anything.
         let management_listener = tokio::net::TcpListener::bind(config.management_bind)
@@ -456,6 +459,7 @@ impl AgentBuilder {
             demo,
             context,
             _evictor: evictor,
+            _spool_lock: spool_lock,
         })
     }
 }
@@ -475,6 +479,7 @@ pub struct Agent {
     demo: Option<demo::Demo>,
     context: AgentContext,
     _evictor: Option<eviction::Evictor>,
+    _spool_lock: Option<reporter::spool_file::SpoolLock>,
 }
 
 impl Agent {

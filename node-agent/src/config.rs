@@ -269,7 +269,10 @@ pub struct AgentConfig {
     /// (or a fence) on, everything reported is written there and fsynced before it is sent,
     /// so a SIGKILL during the shutdown loses nothing either. In Kubernetes mount an emptyDir
     /// (it survives container restarts) or a volume. Unset (the default): no spool, and what
-    /// the flush timeout cuts off is logged as lost.
+    /// the flush timeout cuts off is logged as lost. Refused at start: a relative path, a
+    /// path that is not a directory (a regular file, a path under a file), a directory that
+    /// cannot be created or written, and a directory another agent uses (each agent holds
+    /// DIR/troupe-agent.lock, with its pid in it, while it runs).
     #[arg(long, env = "TROUPE_REPORT_SPOOL_DIR")]
     pub report_spool_dir: Option<std::path::PathBuf>,
     /// The most bytes this node's spool file may take, 65536 to 1073741824; when full, the
@@ -513,6 +516,14 @@ impl AgentConfig {
                     "--report-spool-dir (TROUPE_REPORT_SPOOL_DIR) is empty; give a directory \
                      path, or leave it unset for no spool",
                 );
+            }
+            if dir.is_relative() {
+                return refuse(format!(
+                    "--report-spool-dir (TROUPE_REPORT_SPOOL_DIR) {} is a relative path; give an \
+                     absolute one (the next start of this node must find the same directory, \
+                     whatever its working directory), or leave it unset for no spool",
+                    dir.display()
+                ));
             }
         }
         let membership = self.membership;

@@ -405,6 +405,7 @@ pub fn start(
         let mut backoff = Duration::ZERO;
         let mut retry_at = tokio::time::Instant::now();
         let mut last_shipped = tokio::time::Instant::now();
+        let mut failures = shipper::FailureLog::default();
         let push = |event: Event| {
             stats.events_buffered.fetch_add(1, Ordering::Relaxed);
             buffer.lock().push_event(event);
@@ -469,6 +470,7 @@ pub fn start(
                             match attempt.await {
                                 Err(_) => break false,
                                 Ok(Attempt::Delivered(ack)) => {
+                                    failures.log_answered();
                                     for operation in &ack.operations {
                                         tracing::warn!(
                                             id = operation.id,
@@ -478,9 +480,10 @@ pub fn start(
                                         );
                                     }
                                 }
-                                Ok(Attempt::Refused | Attempt::Nothing) => {}
+                                Ok(Attempt::Refused) => failures.log_answered(),
+                                Ok(Attempt::Nothing) => {}
                                 Ok(Attempt::Failed(error)) => {
-                                    tracing::debug!(%error, "last report batch not accepted; retrying");
+                                    failures.log_failure("a last report batch", &error, None);
                                     let pause = tokio::time::Instant::now() + Duration::from_millis(200);
                                     tokio::time::sleep_until(pause.min(deadline)).await;
                                     if tokio::time::Instant::now() >= deadline {
@@ -565,6 +568,7 @@ pub fn start(
                         Attempt::Nothing => {}
                         Attempt::Delivered(ack) => {
                             last_shipped = tokio::time::Instant::now();
+                            failures.log_answered();
                             for operation in &ack.operations {
                                 carry_out(&cluster, operation);
                             }
@@ -573,13 +577,14 @@ pub fn start(
                         }
                         Attempt::Refused => {
                             last_shipped = tokio::time::Instant::now();
+                            failures.log_answered();
                             backoff = Duration::ZERO;
                             continue;
                         }
                         Attempt::Failed(error) => {
                             backoff = (backoff * 2).clamp(Duration::from_millis(250), Duration::from_secs(10));
                             retry_at = tokio::time::Instant::now() + backoff;
-                            tracing::debug!(%error, retry_in = ?backoff, "spooled report batch not accepted; will retry");
+                            failures.log_failure("a spooled report batch", &error, Some(backoff));
                             continue;
                         }
                     }
@@ -596,6 +601,7 @@ pub fn start(
                     match shipper.ship(&batch, now_ms()).await {
                         Ok(ack) => {
                             last_shipped = tokio::time::Instant::now();
+                            failures.log_answered();
                             buffer.lock().acknowledged(batch.sequence);
                             for operation in &ack.operations {
                                 carry_out(&cluster, operation);
@@ -605,6 +611,7 @@ pub fn start(
                         }
                         Err(error) if error.is_bad_input() => {
                             last_shipped = tokio::time::Instant::now();
+                            failures.log_answered();
                             refused(&buffer, &stats, batch.sequence, &error);
                             backoff = Duration::ZERO;
                         }
@@ -612,7 +619,7 @@ pub fn start(
                             stats.failed_attempts.fetch_add(1, Ordering::Relaxed);
                             backoff = (backoff * 2).clamp(Duration::from_millis(250), Duration::from_secs(10));
                             retry_at = tokio::time::Instant::now() + backoff;
-                            tracing::debug!(%error, retry_in = ?backoff, "report batch not accepted; will retry");
+                            failures.log_failure("a report batch", &error, Some(backoff));
                         }
                     }
                 }

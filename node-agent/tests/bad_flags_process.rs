@@ -3,6 +3,9 @@
 //! flag whose endpoint is missing) and what is allowed; an unknown value lists the allowed ones,
 //! from the command line and from the environment alike. Nothing listens afterwards.
 
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -10,6 +13,15 @@ const SECRET: &str = "bad flags test secret, long enough";
 
 /// Run the agent with `args` and `env`; its exit code and stderr (bounded in time).
 fn refused(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
+    refused_as(args, env, |_| {})
+}
+
+/// [`refused`], with `configure` applied to the command (its user, its working directory).
+fn refused_as(
+    args: &[&str],
+    env: &[(&str, &str)],
+    configure: impl FnOnce(&mut Command),
+) -> (Option<i32>, String) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_troupe-agent"));
     command
         .args(["--secret", SECRET, "--management-bind", "127.0.0.1:0"])
@@ -27,10 +39,13 @@ fn refused(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
         "TROUPE_ETCD_ENDPOINTS",
         "TROUPE_KUBE_API_URL",
         "TROUPE_CONTROL_PLANE_URL",
+        "TROUPE_REPORT_SPOOL_DIR",
+        "TROUPE_REPORT_SPOOL_MAX_BYTES",
     ] {
         command.env_remove(key);
     }
     command.envs(env.iter().copied());
+    configure(&mut command);
     let mut child = command.spawn().expect("start troupe-agent");
     let deadline = Instant::now() + Duration::from_secs(20);
     let status = loop {
@@ -148,4 +163,154 @@ fn unknown_values_are_refused_at_start_listing_the_allowed_ones() {
     let (code, stderr) = refused(&[], &[("TROUPE_MEMBERSHIP", "zookeeper")]);
     assert_eq!(code, Some(1), "{stderr}");
     assert_names(&stderr, &["zookeeper", "gossip, kubernetes, etcd"]);
+}
+
+/// A fresh directory under the system's temporary one, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "troupe-bad-spool-{name}-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::set_permissions(&self.0, std::fs::Permissions::from_mode(0o755));
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The agent with a control plane (never contacted: the start is refused first) and `dir`
+/// as its spool; its exit code and stderr.
+fn refused_spool(dir: &Path, configure: impl FnOnce(&mut Command)) -> (Option<i32>, String) {
+    let dir = dir.to_str().expect("utf-8 path");
+    let seed = "troupe://troupe@127.0.0.1:2552";
+    refused_as(
+        &[
+            "--seed",
+            seed,
+            "--control-plane",
+            "http://127.0.0.1:9",
+            "--report-spool-dir",
+            dir,
+        ],
+        &[],
+        configure,
+    )
+}
+
+/// What every refusal of the spool directory says is allowed.
+const SPOOL_ALLOWED: &str =
+    "give a writable directory (it is created if missing), or leave the flag unset";
+
+#[test]
+fn a_spool_dir_that_is_a_file_or_under_one_is_refused_at_start_naming_the_path() {
+    let scratch = Scratch::new("file");
+    let file = scratch.0.join("a-file");
+    std::fs::write(&file, b"not a directory").unwrap();
+    let (code, stderr) = refused_spool(&file, |_| {});
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_names(
+        &stderr,
+        &[
+            "--report-spool-dir (TROUPE_REPORT_SPOOL_DIR)",
+            file.to_str().unwrap(),
+            "it is a regular file, not a directory",
+            SPOOL_ALLOWED,
+        ],
+    );
+    assert_eq!(std::fs::read(&file).unwrap(), b"not a directory", "left alone");
+
+    let under = file.join("spool");
+    let (code, stderr) = refused_spool(&under, |_| {});
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_names(
+        &stderr,
+        &[
+            under.to_str().unwrap(),
+            "cannot create it: a part of the path is not a directory",
+            SPOOL_ALLOWED,
+        ],
+    );
+}
+
+#[test]
+fn a_spool_dir_that_cannot_be_written_is_refused_at_start_naming_the_path() {
+    let scratch = Scratch::new("read-only");
+    let dir = scratch.0.join("spool");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o555)).unwrap();
+    // The permission bits bind everyone but root: as root, the agent runs as nobody.
+    let root = rustix::process::geteuid().is_root();
+    let (code, stderr) = refused_spool(&dir, |command| {
+        if root {
+            command.uid(65_534).gid(65_534);
+        }
+    });
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_names(
+        &stderr,
+        &[
+            dir.to_str().unwrap(),
+            "cannot create files in it (Permission denied",
+            "troupe-agent.lock",
+            SPOOL_ALLOWED,
+        ],
+    );
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "nothing made in it");
+
+    // A directory that cannot be created (its parent is read-only) likewise.
+    let missing = dir.join("missing");
+    let (code, stderr) = refused_spool(&missing, |command| {
+        if root {
+            command.uid(65_534).gid(65_534);
+        }
+    });
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_names(
+        &stderr,
+        &[
+            missing.to_str().unwrap(),
+            "cannot create it (Permission denied",
+            SPOOL_ALLOWED,
+        ],
+    );
+}
+
+#[test]
+fn a_relative_spool_dir_is_refused_at_start_asking_for_an_absolute_one() {
+    let scratch = Scratch::new("relative");
+    let within = scratch.0.clone();
+    let (code, stderr) = refused_spool(Path::new("spool"), |command| {
+        command.current_dir(&within);
+    });
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_names(
+        &stderr,
+        &[
+            "--report-spool-dir (TROUPE_REPORT_SPOOL_DIR) spool is a relative path",
+            "give an absolute one",
+        ],
+    );
+    assert!(!scratch.0.join("spool").exists(), "nothing created");
+    // From the environment too.
+    let (code, stderr) = refused_as(
+        &["--seed", "troupe://troupe@127.0.0.1:2552"],
+        &[
+            ("TROUPE_CONTROL_PLANE_URL", "http://127.0.0.1:9"),
+            ("TROUPE_REPORT_SPOOL_DIR", "var/spool"),
+        ],
+        |command| {
+            command.current_dir(&within);
+        },
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_names(&stderr, &["var/spool is a relative path"]);
 }

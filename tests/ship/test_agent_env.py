@@ -80,3 +80,45 @@ def test_a_pod_environment_from_the_chart_runs_the_agent_ready_and_sigterm_leave
         took = time.monotonic() - started
         assert code == 0, procs.log("agent")
         assert took < pod["terminationGracePeriodSeconds"], took
+
+
+def test_the_chart_s_report_spool_keeps_what_a_stop_could_not_deliver(tmp_path):
+    """The spool settings a rendered pod gets, with the volume's mount path mapped to a temporary
+    directory: the agent holds the directory's lock while it runs, and a SIGTERM while the
+    control plane is away leaves the undelivered reports there for the next start."""
+    _, agent = binaries()
+    cluster, management, away = free_port(), free_port(), free_port()
+    spool = tmp_path / "spool"
+    values = load_values(AGENT / "ci" / "gossip.yaml")
+    values["membership"]["gossip"]["seeds"] = [f"troupe://troupe@127.0.0.1:{cluster}"]
+    values["ports"] = {"cluster": cluster, "management": management}
+    # Nothing listens there: every report fails, and the stop spools them.
+    values["controlPlane"] = {"url": f"http://127.0.0.1:{away}", "reportIntervalMs": 100,
+                              "spool": {"mountPath": str(spool)}}
+    values["shutdown"] = {"preStopSleepSeconds": 1, "drainDelayMs": 300, "leaveTimeoutMs": 2000,
+                          "flushTimeoutMs": 1000}
+    deployment = next(o for o in objects(render(AGENT, values)) if o["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert [m["mountPath"] for m in container["volumeMounts"]] == [str(spool)]
+    spool.mkdir()  # the kubelet's emptyDir
+    env = pod_environment(container, "127.0.0.1",
+                          {"cluster-secret": "a cluster secret from the chart's Secret",
+                           "ingest-token": "an ingest token"})
+    with processes() as procs:
+        process = procs.start("agent", [str(agent)], env={"PATH": os.environ["PATH"], **env})
+        base = f"http://127.0.0.1:{management}"
+        try:
+            wait_until("readiness as the chart probes it",
+                       lambda: http_get(base + "/_troupe/health/ready")[0] == 200
+                       or process.poll() is not None, timeout=60)
+        finally:
+            assert process.poll() is None, procs.log("agent")
+        assert (spool / "troupe-agent.lock").read_text().strip() == str(process.pid)
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=pod["terminationGracePeriodSeconds"])
+        assert code == 0, procs.log("agent")
+    (spooled,) = spool.glob("troupe@127.0.0.1%3A*.jsonl")
+    lines = spooled.read_text().splitlines()
+    assert lines[0] == '{"troupe_report_spool":1}', lines[:2]
+    assert len(lines) > 1, "batches after the header"

@@ -110,6 +110,9 @@ def test_values_outside_the_schema_are_refused_with_the_offending_key():
         (AGENT, {"singletonLease": {"backend": "redis"}}, "singletonLease.backend"),
         (AGENT, {"resources": {"cpu": "lots"}}, "resources.cpu"),
         (AGENT, {"shutdwon": {}}, "shutdwon"),
+        (AGENT, {"controlPlane": {"spool": {"maxBytes": 1024}}}, "controlPlane.spool.maxBytes"),
+        (AGENT, {"controlPlane": {"spool": {"mountPath": "spool"}}}, "controlPlane.spool.mountPath"),
+        (AGENT, {"controlPlane": {"spool": {"size": "1Gi"}}}, "size"),
         (SERVER, {"secret": {"ingestTokenKey": ""}}, "secret.ingestTokenKey"),
         (SERVER, {"replicas": 0}, "replicas"),
         (SERVER, {"server": {"agentSilenceMs": 2999}}, "server.agentSilenceMs"),
@@ -310,11 +313,16 @@ def test_contradictory_agent_values_are_refused_saying_what_is_allowed(bad, says
     assert says in str(refused.value), str(refused.value)
 
 
+def named(items, name):
+    return [item for item in items if item["name"] == name]
+
+
 def control_plane_ca(pod):
-    """(the CA variable, the container's mounts, the pod's volumes) of an agent pod."""
+    """(the CA variable, the container's CA mounts, the pod's CA volumes) of an agent pod."""
     container = host_container(pod)
-    return (env_of(container).get("TROUPE_CONTROL_PLANE_CA"), container.get("volumeMounts", []),
-            pod.get("volumes", []))
+    return (env_of(container).get("TROUPE_CONTROL_PLANE_CA"),
+            named(container.get("volumeMounts", []), "control-plane-ca"),
+            named(pod.get("volumes", []), "control-plane-ca"))
 
 
 @pytest.mark.parametrize("source, expected", [
@@ -358,6 +366,92 @@ def test_the_application_pod_gets_the_ca_through_the_host_templates(example_char
     variable, mounts, volumes = control_plane_ca(pod)
     assert variable["value"] == "/etc/troupe/control-plane-ca/ca.crt"
     assert [m["name"] for m in mounts] == [v["name"] for v in volumes] == ["control-plane-ca"]
+    # Next to the report spool, both through the same templates.
+    container = host_container(pod)
+    assert [m["name"] for m in container["volumeMounts"]] == [v["name"] for v in pod["volumes"]] \
+        == ["control-plane-ca", "report-spool"]
+
+
+def report_spool(pod):
+    """(the spool variables, the container's spool mounts, the pod's spool volumes)."""
+    container = host_container(pod)
+    env = env_of(container)
+    variables = {k: env[k]["value"] for k in ("TROUPE_REPORT_SPOOL_DIR",
+                                              "TROUPE_REPORT_SPOOL_MAX_BYTES") if k in env}
+    return (variables, named(container.get("volumeMounts", []), "report-spool"),
+            named(pod.get("volumes", []), "report-spool"))
+
+
+def validate_strictly(objs):
+    for obj in objs:
+        if obj["kind"] not in CUSTOM_KINDS:
+            kubernetes_validate.validate(strip(obj), KUBE_VERSIONS[0], strict=True)
+
+
+@pytest.mark.parametrize("spool, expected_volume, expected_env", [
+    # The default: an emptyDir per pod, room for the file and its rewrite (2 x 16 MiB + 1 MiB).
+    ({}, {"emptyDir": {"sizeLimit": "33Mi"}},
+     {"TROUPE_REPORT_SPOOL_DIR": "/var/spool/troupe-agent",
+      "TROUPE_REPORT_SPOOL_MAX_BYTES": "16777216"}),
+    # A size that is not a whole number of MiB is rounded up.
+    ({"maxBytes": 65536, "mountPath": "/spool"}, {"emptyDir": {"sizeLimit": "2Mi"}},
+     {"TROUPE_REPORT_SPOOL_DIR": "/spool", "TROUPE_REPORT_SPOOL_MAX_BYTES": "65536"}),
+    ({"volume": {"emptyDir": {"medium": "Memory", "sizeLimit": "40Mi"}}},
+     {"emptyDir": {"medium": "Memory", "sizeLimit": "40Mi"}},
+     {"TROUPE_REPORT_SPOOL_DIR": "/var/spool/troupe-agent",
+      "TROUPE_REPORT_SPOOL_MAX_BYTES": "16777216"}),
+], ids=["default-emptydir", "small", "own-volume"])
+def test_the_report_spool_is_a_volume_mounted_and_passed_as_the_agent_flags(
+        spool, expected_volume, expected_env):
+    objs = objects(render(AGENT, {"controlPlane": {"spool": spool}}))
+    _, pod = agent_pod(objs)
+    variables, mounts, volumes = report_spool(pod)
+    assert variables == expected_env
+    assert mounts == [{"name": "report-spool", "mountPath": expected_env["TROUPE_REPORT_SPOOL_DIR"]}]
+    assert volumes == [{"name": "report-spool", **expected_volume}]
+    # Writable under the chart's read-only root filesystem: only because it is a volume.
+    assert host_container(pod)["securityContext"]["readOnlyRootFilesystem"] is True
+    validate_strictly(objs)
+    # The variables are the agent's own (its clap arguments).
+    config = (Path(__file__).resolve().parents[2] / "node-agent" / "src" / "config.rs").read_text()
+    for name in expected_env:
+        assert f'env = "{name}"' in config, name
+
+
+@pytest.mark.parametrize("values", [
+    {"controlPlane": {"spool": {"enabled": False}}},
+    # No control plane, nothing to spool (the agent refuses a spool without one).
+    {"controlPlane": {"url": ""}},
+], ids=["disabled", "no-control-plane"])
+def test_without_a_report_spool_nothing_is_mounted(values):
+    _, pod = agent_pod(objects(render(AGENT, values)))
+    assert report_spool(pod) == ({}, [], [])
+    assert "volumes" not in pod and "volumeMounts" not in host_container(pod)
+
+
+def test_a_spool_claim_is_refused_for_a_deployment_of_several_pods_and_taken_for_one():
+    claim = {"controlPlane": {"spool": {"volume": {"persistentVolumeClaim": {"claimName": "spool"}}}}}
+    for more, says in [({}, "runs 3 replicas"),
+                       ({"autoscaling": {"enabled": True}}, "runs autoscaled replicas")]:
+        with pytest.raises(helm.HelmError) as refused:
+            render(AGENT, {**claim, **more})
+        message = str(refused.value)
+        for part in ("controlPlane.spool.volume is a persistentVolumeClaim", says,
+                     "one agent holds at a time", "leave controlPlane.spool.volume empty"):
+            assert part in message, message
+    objs = objects(render(AGENT, {**claim, "deployment": {"replicas": 1}}))
+    _, pod = agent_pod(objs)
+    assert report_spool(pod)[2] == [{"name": "report-spool",
+                                     "persistentVolumeClaim": {"claimName": "spool"}}]
+    validate_strictly(objs)
+
+
+def test_the_application_pod_gets_the_report_spool_through_the_host_templates(example_chart):
+    objs = objects(render(example_chart, {}, name="shop", namespace="troupe"))
+    pod = one(objs, "Deployment")["spec"]["template"]["spec"]
+    variables, mounts, volumes = report_spool(pod)
+    assert variables["TROUPE_REPORT_SPOOL_DIR"] == mounts[0]["mountPath"]
+    assert [v["name"] for v in volumes] == ["report-spool"]
 
 
 # ---------------------------------------------------------------------------- server

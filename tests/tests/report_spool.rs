@@ -536,3 +536,96 @@ async fn a_damaged_spool_file_is_logged_once_what_it_could_read_is_delivered_and
     second.kill().await;
     server.stop().await;
 }
+
+/// Wait until the agent at `node` has reported to `server` as incarnation `incarnation`.
+async fn wait_reported(server: &Server, node: &Node, incarnation: u64) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let nodes = server.nodes(SYSTEM).await;
+        if nodes.iter().any(|n| {
+            n["node"].as_str() == Some(node.address().as_str())
+                && wire_u64(&n["incarnation"]) == Some(incarnation)
+        }) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} (incarnation {incarnation}) never reported: {nodes:#?}",
+            node.address()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The pid the spool directory's lock file holds.
+fn lock_holder(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("troupe-agent.lock"))
+        .expect("the lock file")
+        .trim()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_agent_on_the_same_spool_dir_is_refused_until_the_first_is_gone() {
+    let server = Server::start().await;
+    let first = Node::new("lock", server.port);
+    // Another node (its own address and management port) on the same directory.
+    let mut second = Node::new("lock-second", server.port);
+    second.spool = SpoolDir(first.spool.0.clone());
+    let dir = first.spool.0.display().to_string();
+
+    let (mut running, incarnation) = first.start(FLUSH_TIMEOUT).await;
+    let pid = running.id().expect("the first agent runs");
+    assert_eq!(lock_holder(&first.spool.0), pid.to_string());
+
+    // Refused at start, before it binds anything: exit 1, naming the directory, the lock
+    // file and the pid that holds it.
+    let refused_at = tokio::time::Instant::now();
+    let mut refused =
+        Process::start_capturing_stderr(&binary("troupe-agent"), &second.args(FLUSH_TIMEOUT));
+    let status = refused.wait(Duration::from_secs(20)).await;
+    assert_eq!(status.code(), Some(1), "{status:?}");
+    let error = logged(&refused, "error:").await;
+    for expected in [
+        dir.as_str(),
+        "is in use by another troupe-agent",
+        &format!("pid {pid} holds"),
+        "troupe-agent.lock",
+        "one agent per spool directory",
+    ] {
+        assert!(error.contains(expected), "{expected:?} not in {error}");
+    }
+    assert!(
+        refused_at.elapsed() < Duration::from_secs(10),
+        "refused only after {:?}",
+        refused_at.elapsed()
+    );
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", second.management)).is_err(),
+        "the refused agent left nothing listening"
+    );
+
+    // The first agent is untouched: still ready, still reporting, still the lock's holder.
+    first.wait_ready().await;
+    wait_reported(&server, &first, incarnation).await;
+    assert!(running.try_wait().is_none(), "the first agent still runs");
+    assert_eq!(lock_holder(&first.spool.0), pid.to_string());
+
+    // A SIGKILL frees the directory (the lock dies with the process): the second starts.
+    running.kill().await;
+    let (mut second_running, second_incarnation) = second.start(FLUSH_TIMEOUT).await;
+    let second_pid = second_running.id().expect("the second agent runs");
+    assert_eq!(lock_holder(&first.spool.0), second_pid.to_string());
+    wait_reported(&server, &second, second_incarnation).await;
+
+    // So does a graceful exit: the first node starts again once the second has left.
+    let status = second_running.terminate(FLUSH_TIMEOUT + WAIT).await;
+    assert!(status.success(), "exits 0 after a SIGTERM: {status:?}");
+    let (mut again, _) = first.start(FLUSH_TIMEOUT).await;
+    assert_eq!(
+        lock_holder(&first.spool.0),
+        again.id().expect("runs").to_string()
+    );
+    again.kill().await;
+    server.stop().await;
+}

@@ -1,9 +1,10 @@
 //! TLS between agents and the control plane, with real processes and certificates made here
 //! (rcgen): the server with `--tls-cert`/`--tls-key` answers no plain HTTP, a client trusting
 //! another CA is refused, one trusting the right CA is served; an agent with
-//! `--control-plane-ca` of the right CA reports, one with a wrong CA sends nothing; the
-//! coordination client (leases and the directory through the control plane) trusting the right
-//! CA is served, one trusting another CA (or only the public roots) is refused.
+//! `--control-plane-ca` of the right CA reports, one with a wrong CA sends nothing (and logs
+//! why once, at WARN, naming the flag); the coordination client (leases and the directory
+//! through the control plane) trusting the right CA is served, one trusting another CA (or only
+//! the public roots) is refused.
 
 use std::path::Path;
 use std::time::Duration;
@@ -187,6 +188,24 @@ async fn the_server_serves_only_tls_and_agents_report_only_to_a_server_their_ca_
                 listed,
                 vec![good_node.as_str()],
                 "the agent with a wrong CA must not have reported"
+            );
+            // It says why, once (not per retry), at WARN, naming the flag to fix.
+            let warned: Vec<String> = bad
+                .stderr_lines()
+                .into_iter()
+                .filter(|line| line.contains("not delivered; logged once until it is"))
+                .collect();
+            assert_eq!(warned.len(), 1, "{:#?}", bad.stderr_lines());
+            for expected in [
+                "WARN",
+                "invalid peer certificate",
+                "--control-plane-ca (TROUPE_CONTROL_PLANE_CA) must name the CA that signed it",
+            ] {
+                assert!(warned[0].contains(expected), "{expected:?} not in {}", warned[0]);
+            }
+            assert!(
+                bad.try_wait().is_none(),
+                "the agent with a wrong CA keeps running (its cluster work does not depend on reporting)"
             );
             break;
         }

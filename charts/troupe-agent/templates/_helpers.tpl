@@ -124,12 +124,22 @@ timeout (seed 003), computed with a margin unless set explicitly.
 {{- if and (include "troupe-agent.controlPlaneCa" .) (not (hasPrefix "https://" .Values.controlPlane.url)) -}}
 {{- fail (printf "controlPlane.tls.ca is set but controlPlane.url is %q: the CA verifies an https:// control plane; give an https:// url or clear controlPlane.tls.ca" .Values.controlPlane.url) -}}
 {{- end -}}
+{{- $spool := .Values.controlPlane.spool -}}
+{{- $d := .Values.deployment -}}
+{{- if and (include "troupe-agent.spool" .) (hasKey $spool.volume "persistentVolumeClaim") $d.enabled (or .Values.autoscaling.enabled (gt (int $d.replicas) 1)) -}}
+{{- fail (printf "controlPlane.spool.volume is a persistentVolumeClaim but the Deployment runs %s: its pods would share one spool directory, which one agent holds at a time (the others are refused at start), and a Deployment's pods never come back with the same address; leave controlPlane.spool.volume empty for an emptyDir per pod, or run one replica" (ternary "autoscaled replicas" (printf "%d replicas" (int $d.replicas)) .Values.autoscaling.enabled)) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* "true" when a control-plane CA is mounted (controlPlane.tls.ca names a Secret or ConfigMap). */}}
 {{- define "troupe-agent.controlPlaneCa" -}}
 {{- $ca := .Values.controlPlane.tls.ca -}}
 {{- if or $ca.secretName $ca.configMapName -}}true{{- end -}}
+{{- end -}}
+
+{{/* "true" when the agent reports and keeps a report spool (controlPlane.spool.enabled). */}}
+{{- define "troupe-agent.spool" -}}
+{{- if and .Values.controlPlane.url .Values.controlPlane.spool.enabled -}}true{{- end -}}
 {{- end -}}
 
 {{/* Where the control-plane CA is mounted, and the file the agent reads. */}}
@@ -235,6 +245,12 @@ timeout (seed 003), computed with a margin unless set explicitly.
 - name: TROUPE_CONTROL_PLANE_CA
   value: {{ printf "%s/ca.crt" (include "troupe-agent.controlPlaneCaDir" .) | quote }}
 {{- end }}
+{{- if include "troupe-agent.spool" . }}
+- name: TROUPE_REPORT_SPOOL_DIR
+  value: {{ $v.controlPlane.spool.mountPath | quote }}
+- name: TROUPE_REPORT_SPOOL_MAX_BYTES
+  value: {{ int $v.controlPlane.spool.maxBytes | quote }}
+{{- end }}
 {{- with $v.secret.ingestTokenKey }}
 - name: TROUPE_INGEST_TOKEN
   valueFrom:
@@ -332,22 +348,40 @@ resources:
 {{ include "troupe-agent.host.resources" . | indent 2 }}
 securityContext:
 {{ toYaml .Values.securityContext | indent 2 }}
-{{- if include "troupe-agent.controlPlaneCa" . }}
+{{- if or (include "troupe-agent.controlPlaneCa" .) (include "troupe-agent.spool" .) }}
 volumeMounts:
+{{- if include "troupe-agent.controlPlaneCa" . }}
   - name: control-plane-ca
     mountPath: {{ include "troupe-agent.controlPlaneCaDir" . }}
     readOnly: true
 {{- end }}
+{{- if include "troupe-agent.spool" . }}
+  - name: report-spool
+    mountPath: {{ .Values.controlPlane.spool.mountPath }}
+{{- end }}
+{{- end }}
 {{- end -}}
 
 {{/*
-The CA volume (controlPlane.tls.ca), as list items; empty without one. troupe-agent.host.pod
-lists it under `volumes`: an application pod with volumes of its own puts this template in its
-own `volumes` list instead of using host.pod's.
+The agent's volumes, as list items: the CA (controlPlane.tls.ca) and the report spool
+(controlPlane.spool); empty without either. troupe-agent.host.pod lists them under `volumes`:
+an application pod with volumes of its own puts this template in its own `volumes` list
+instead of using host.pod's.
 */}}
 {{- define "troupe-agent.host.volumes" -}}
-{{- $ca := .Values.controlPlane.tls.ca -}}
+{{- $volumes := list -}}
 {{- if include "troupe-agent.controlPlaneCa" . -}}
+{{- $volumes = append $volumes (include "troupe-agent.volume.controlPlaneCa" .) -}}
+{{- end -}}
+{{- if include "troupe-agent.spool" . -}}
+{{- $volumes = append $volumes (include "troupe-agent.volume.spool" .) -}}
+{{- end -}}
+{{- join "\n" $volumes -}}
+{{- end -}}
+
+{{/* The CA volume (controlPlane.tls.ca). */}}
+{{- define "troupe-agent.volume.controlPlaneCa" -}}
+{{- $ca := .Values.controlPlane.tls.ca -}}
 - name: control-plane-ca
   {{- if $ca.secretName }}
   secret:
@@ -360,6 +394,20 @@ own `volumes` list instead of using host.pod's.
       - key: {{ $ca.key | quote }}
         path: ca.crt
 {{- end -}}
+
+{{/*
+The report spool volume (controlPlane.spool): its own source, or an emptyDir with room for the
+file and, during a rewrite, its replacement (2 x maxBytes + 1 MiB, rounded up to MiB).
+*/}}
+{{- define "troupe-agent.volume.spool" -}}
+{{- $spool := .Values.controlPlane.spool -}}
+- name: report-spool
+  {{- with $spool.volume }}
+  {{- toYaml . | nindent 2 }}
+  {{- else }}
+  emptyDir:
+    sizeLimit: {{ printf "%dMi" (div (add (mul 2 (int $spool.maxBytes)) 2097151) 1048576) }}
+  {{- end }}
 {{- end -}}
 
 {{/* What the pod spec needs: the service account, the grace period, the CA volume if any. */}}

@@ -214,3 +214,166 @@ fn failure_kind(error: &reqwest::Error) -> &'static str {
         "request"
     }
 }
+
+impl ShipError {
+    /// The whole story, each cause after the last (reqwest's own message only names the URL;
+    /// the TLS verdict or the refused connection is in its sources).
+    #[must_use]
+    pub fn describe(&self) -> String {
+        let mut text = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(cause) = source {
+            let cause_text = cause.to_string();
+            if !text.contains(&cause_text) {
+                text.push_str(": ");
+                text.push_str(&cause_text);
+            }
+            source = cause.source();
+        }
+        text
+    }
+
+    /// What kind of failure this is, for deciding when it is worth a WARN: a new kind is, the
+    /// same one again is not.
+    #[must_use]
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            Self::Refused { status, .. } => FailureKind::Status(*status),
+            Self::Unreachable(_) if self.describe().contains("certificate") => {
+                FailureKind::Certificate
+            }
+            Self::Unreachable(error) => FailureKind::Unreachable(failure_kind(error)),
+        }
+    }
+}
+
+/// The kind of a failed delivery ([`ShipError::kind`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The server's TLS certificate was not accepted (wrong `--control-plane-ca`, expired,
+    /// another name).
+    Certificate,
+    /// No answer (`connect`, `timeout`, …).
+    Unreachable(&'static str),
+    /// An HTTP status other than success and bad input.
+    Status(u16),
+}
+
+/// When failed deliveries are logged: the first failure of a kind at WARN (with the whole
+/// cause), repeats at DEBUG, and one INFO when reports get through again; so a control plane
+/// that is away, or a certificate that is not trusted, is said once, not per retry.
+#[derive(Debug, Default)]
+pub struct FailureLog {
+    failing: Option<FailureKind>,
+    failed_attempts: u64,
+}
+
+/// What [`FailureLog`] decided for one attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Log at WARN: a failure of a new kind.
+    Warn,
+    /// Log at DEBUG: the same failure again.
+    Repeat,
+    /// Log at INFO: delivered after this many failed attempts.
+    Recovered(u64),
+    /// Nothing to say: delivered, and nothing failed before.
+    Quiet,
+}
+
+impl FailureLog {
+    /// An attempt failed with `kind`.
+    pub fn failed(&mut self, kind: FailureKind) -> Verdict {
+        self.failed_attempts += 1;
+        if self.failing == Some(kind) {
+            Verdict::Repeat
+        } else {
+            self.failing = Some(kind);
+            Verdict::Warn
+        }
+    }
+
+    /// An attempt got an answer (accepted or refused as bad input).
+    pub fn answered(&mut self) -> Verdict {
+        let attempts = std::mem::take(&mut self.failed_attempts);
+        match self.failing.take() {
+            Some(_) => Verdict::Recovered(attempts),
+            None => Verdict::Quiet,
+        }
+    }
+
+    /// Log a failed attempt of `what` (a report batch, a spooled one) as decided.
+    pub fn log_failure(&mut self, what: &str, error: &ShipError, retry_in: Option<Duration>) {
+        let kind = error.kind();
+        let description = error.describe();
+        match self.failed(kind) {
+            Verdict::Warn => {
+                let hint = match kind {
+                    FailureKind::Certificate => {
+                        "the control plane's TLS certificate is not trusted: \
+                         --control-plane-ca (TROUPE_CONTROL_PLANE_CA) must name the CA that \
+                         signed it (without the flag only the bundled public roots are trusted); \
+                         nothing is sent until it verifies"
+                    }
+                    FailureKind::Unreachable(_) => {
+                        "the control plane does not answer; reports are kept and retried"
+                    }
+                    FailureKind::Status(_) => {
+                        "the control plane did not accept the report; it is kept and retried"
+                    }
+                };
+                tracing::warn!(
+                    error = %description,
+                    retry_in = ?retry_in,
+                    hint,
+                    "{what} not delivered; logged once until it is, retries at DEBUG"
+                );
+            }
+            _ => tracing::debug!(error = %description, retry_in = ?retry_in, "{what} not delivered; will retry"),
+        }
+    }
+
+    /// Log an answered attempt as decided.
+    pub fn log_answered(&mut self) {
+        if let Verdict::Recovered(attempts) = self.answered() {
+            tracing::info!(
+                failed_attempts = attempts,
+                "reports reach the control plane again"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod failure_log_tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_is_warned_once_per_kind_and_the_recovery_once() {
+        let mut log = FailureLog::default();
+        assert_eq!(log.answered(), Verdict::Quiet);
+        assert_eq!(log.failed(FailureKind::Certificate), Verdict::Warn);
+        assert_eq!(log.failed(FailureKind::Certificate), Verdict::Repeat);
+        assert_eq!(log.failed(FailureKind::Certificate), Verdict::Repeat);
+        // Another kind is news.
+        assert_eq!(log.failed(FailureKind::Unreachable("connect")), Verdict::Warn);
+        assert_eq!(log.failed(FailureKind::Unreachable("connect")), Verdict::Repeat);
+        assert_eq!(log.answered(), Verdict::Recovered(5));
+        assert_eq!(log.answered(), Verdict::Quiet);
+        // After a recovery the same kind is news again.
+        assert_eq!(log.failed(FailureKind::Certificate), Verdict::Warn);
+    }
+
+    #[test]
+    fn a_refusal_keeps_its_status_as_its_kind() {
+        let error = ShipError::Refused {
+            status: 503,
+            body: "busy".into(),
+        };
+        assert_eq!(error.kind(), FailureKind::Status(503));
+        assert_eq!(
+            error.describe(),
+            "control plane refused the batch: HTTP 503: busy"
+        );
+    }
+}

@@ -36,30 +36,141 @@ pub struct SpoolSettings {
     pub max_bytes: u64,
 }
 
+/// The lock file in the spool directory: held (`flock`, exclusive) by the one agent that
+/// uses the directory, for as long as its process lives; it holds that agent's pid.
+pub const LOCK_FILE: &str = "troupe-agent.lock";
+
 /// Why the spool directory is unusable at start.
 #[derive(Debug, thiserror::Error)]
-#[error(
-    "--report-spool-dir (TROUPE_REPORT_SPOOL_DIR) {dir}: {source}; give a writable directory \
-     (it is created if missing), or leave the flag unset to keep no spool"
-)]
-pub struct SpoolDirError {
-    /// The directory.
-    pub dir: PathBuf,
-    /// Why.
-    pub source: std::io::Error,
+pub enum SpoolDirError {
+    /// Not a directory, cannot be created, or files cannot be made in it.
+    #[error(
+        "--report-spool-dir (TROUPE_REPORT_SPOOL_DIR) {dir}: {problem}; give a writable directory \
+         (it is created if missing), or leave the flag unset to keep no spool"
+    )]
+    Unusable {
+        /// The directory.
+        dir: PathBuf,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// Another agent holds the directory's lock.
+    #[error(
+        "--report-spool-dir (TROUPE_REPORT_SPOOL_DIR) {dir} is in use by another troupe-agent \
+         ({holder} holds {lock}): one agent per spool directory. Give this agent a directory \
+         of its own, or stop the other agent first"
+    )]
+    Locked {
+        /// The directory.
+        dir: PathBuf,
+        /// Its lock file.
+        lock: PathBuf,
+        /// Who holds it: `pid <n>`, or why that is not known.
+        holder: String,
+    },
 }
 
-/// Create `dir` if missing and check that files can be made in it: a spool that cannot be
-/// written is refused at start, not found out at the stop it exists for.
-pub fn prepare(dir: &Path) -> Result<(), SpoolDirError> {
-    let error = |source| SpoolDirError {
+/// The spool directory's lock, held by this process: released when dropped, and by the
+/// kernel when the process dies however it dies (a SIGKILL included), so a stale lock never
+/// blocks the next start. The file itself stays (removing it would race with the next
+/// holder); only the lock on it counts.
+#[derive(Debug)]
+pub struct SpoolLock {
+    _file: std::fs::File,
+    path: PathBuf,
+}
+
+impl SpoolLock {
+    /// The lock file.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// Create `dir` if missing, check that files can be made in it, and take its lock: a spool
+/// that cannot be written, or that another agent uses, is refused at start, not found out at
+/// the stop it exists for.
+///
+/// # Errors
+/// `dir` is not a directory, cannot be created or written, or another agent holds its lock
+/// (the error names the pid written in the lock file).
+pub fn prepare(dir: &Path) -> Result<SpoolLock, SpoolDirError> {
+    let unusable = |problem: String| SpoolDirError::Unusable {
         dir: dir.to_owned(),
-        source,
+        problem,
     };
-    std::fs::create_dir_all(dir).map_err(error)?;
-    let probe = dir.join(format!(".probe-{}", std::process::id()));
-    std::fs::write(&probe, b"").map_err(error)?;
-    std::fs::remove_file(&probe).map_err(error)
+    match std::fs::metadata(dir) {
+        Ok(metadata) if metadata.is_dir() => {}
+        Ok(metadata) => {
+            let what = if metadata.is_file() {
+                "a regular file"
+            } else {
+                "neither a directory nor a regular file"
+            };
+            return Err(unusable(format!("it is {what}, not a directory")));
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(dir).map_err(|error| {
+                unusable(match error.kind() {
+                    std::io::ErrorKind::NotADirectory => {
+                        format!("cannot create it: a part of the path is not a directory ({error})")
+                    }
+                    _ => format!("cannot create it ({error})"),
+                })
+            })?;
+        }
+        Err(error) => return Err(unusable(format!("cannot look at it ({error})"))),
+    }
+    let path = dir.join(LOCK_FILE);
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|error| {
+            unusable(format!(
+                "cannot create files in it ({error}, creating {})",
+                path.display()
+            ))
+        })?;
+    match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => {}
+        Err(rustix::io::Errno::WOULDBLOCK) => {
+            let holder = match std::fs::read_to_string(&path) {
+                Ok(text) => match text.trim().parse::<u32>() {
+                    Ok(pid) => format!("pid {pid}"),
+                    // Locked but not written yet: the other agent is starting right now.
+                    Err(_) => "an agent that is starting (its pid is not written yet)".to_owned(),
+                },
+                Err(error) => format!("an agent whose pid cannot be read ({error})"),
+            };
+            return Err(SpoolDirError::Locked {
+                dir: dir.to_owned(),
+                lock: path,
+                holder,
+            });
+        }
+        Err(error) => {
+            return Err(unusable(format!(
+                "cannot lock {} ({error})",
+                path.display()
+            )));
+        }
+    }
+    let written = file
+        .set_len(0)
+        .and_then(|()| std::io::Seek::rewind(&mut file))
+        .and_then(|()| writeln!(file, "{}", std::process::id()))
+        .and_then(|()| file.sync_data());
+    written.map_err(|error| {
+        unusable(format!(
+            "cannot write this agent's pid into {} ({error})",
+            path.display()
+        ))
+    })?;
+    Ok(SpoolLock { _file: file, path })
 }
 
 /// The spool machine and, when configured, its file.
