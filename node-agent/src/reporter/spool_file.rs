@@ -120,6 +120,11 @@ pub fn prepare(dir: &Path) -> Result<SpoolLock, SpoolDirError> {
                 })
             })?;
         }
+        Err(error) if error.kind() == std::io::ErrorKind::NotADirectory => {
+            return Err(unusable(format!(
+                "cannot create it: a part of the path is not a directory ({error})"
+            )));
+        }
         Err(error) => return Err(unusable(format!("cannot look at it ({error})"))),
     }
     let path = dir.join(LOCK_FILE);
