@@ -170,10 +170,8 @@ struct Scratch(PathBuf);
 
 impl Scratch {
     fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "troupe-bad-spool-{name}-{}",
-            std::process::id()
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("troupe-bad-spool-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         Self(dir)
@@ -226,7 +224,11 @@ fn a_spool_dir_that_is_a_file_or_under_one_is_refused_at_start_naming_the_path()
             SPOOL_ALLOWED,
         ],
     );
-    assert_eq!(std::fs::read(&file).unwrap(), b"not a directory", "left alone");
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        b"not a directory",
+        "left alone"
+    );
 
     let under = file.join("spool");
     let (code, stderr) = refused_spool(&under, |_| {});
@@ -264,7 +266,11 @@ fn a_spool_dir_that_cannot_be_written_is_refused_at_start_naming_the_path() {
             SPOOL_ALLOWED,
         ],
     );
-    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "nothing made in it");
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        0,
+        "nothing made in it"
+    );
 
     // A directory that cannot be created (its parent is read-only) likewise.
     let missing = dir.join("missing");

@@ -201,7 +201,11 @@ async fn the_server_serves_only_tls_and_agents_report_only_to_a_server_their_ca_
                 "invalid peer certificate",
                 "--control-plane-ca (TROUPE_CONTROL_PLANE_CA) must name the CA that signed it",
             ] {
-                assert!(warned[0].contains(expected), "{expected:?} not in {}", warned[0]);
+                assert!(
+                    warned[0].contains(expected),
+                    "{expected:?} not in {}",
+                    warned[0]
+                );
             }
             assert!(
                 bad.try_wait().is_none(),

@@ -329,7 +329,9 @@ impl FailureLog {
                     "{what} not delivered; logged once until it is, retries at DEBUG"
                 );
             }
-            _ => tracing::debug!(error = %description, retry_in = ?retry_in, "{what} not delivered; will retry"),
+            _ => {
+                tracing::debug!(error = %description, retry_in = ?retry_in, "{what} not delivered; will retry")
+            }
         }
     }
 
@@ -356,8 +358,14 @@ mod failure_log_tests {
         assert_eq!(log.failed(FailureKind::Certificate), Verdict::Repeat);
         assert_eq!(log.failed(FailureKind::Certificate), Verdict::Repeat);
         // Another kind is news.
-        assert_eq!(log.failed(FailureKind::Unreachable("connect")), Verdict::Warn);
-        assert_eq!(log.failed(FailureKind::Unreachable("connect")), Verdict::Repeat);
+        assert_eq!(
+            log.failed(FailureKind::Unreachable("connect")),
+            Verdict::Warn
+        );
+        assert_eq!(
+            log.failed(FailureKind::Unreachable("connect")),
+            Verdict::Repeat
+        );
         assert_eq!(log.answered(), Verdict::Recovered(5));
         assert_eq!(log.answered(), Verdict::Quiet);
         // After a recovery the same kind is news again.
