@@ -475,6 +475,14 @@ impl Spool {
                 clean = false;
             }
         }
+        if header && batches.is_empty() && loss.is_empty() && damage.is_empty() {
+            // Nothing but the header: the machine never leaves such a file (an empty spool is
+            // removed, and the header is written together with the first batch), so the
+            // append of that first batch was cut right after the header.
+            damage.torn_tail = true;
+            loss.add(SpoolLoss::unreadable());
+            clean = false;
+        }
         if !damage.is_empty() {
             actions.push(Action::Damaged(damage));
         }

@@ -141,6 +141,30 @@ fn a_torn_last_line_is_skipped_and_counted_and_the_file_rewritten_clean() {
     );
 }
 
+#[test]
+fn a_first_append_cut_right_after_the_header_counts_its_batch_as_lost() {
+    let mut file = File::default();
+    let mut spool = Spool::new(64 * 1024);
+    file.perform(&step(
+        &mut spool,
+        Event::Append(Box::new(batch(1, 1, 1, 3))),
+    ));
+    file.perform(&step(&mut spool, Event::Persist));
+    let header = "{\"troupe_report_spool\":1}\n";
+    assert!(String::from_utf8_lossy(&file.0).starts_with(header));
+    // The kill came after the header's newline and before the batch's first byte.
+    file.0.truncate(header.len());
+    let mut next = Spool::new(64 * 1024);
+    let actions = step(&mut next, Event::Loaded(file.0.clone()));
+    assert!(next.is_empty());
+    let lost = File::default().perform(&actions);
+    assert_eq!(lost.batches, 1, "{actions:?}");
+    assert!(
+        matches!(actions.first(), Some(Action::Damaged(damage)) if damage.torn_tail),
+        "{actions:?}"
+    );
+}
+
 /// The lines of a file holding the header and batches 1..=n of incarnation 1.
 fn file_of(n: u64) -> Vec<String> {
     let mut file = File::default();
