@@ -3,89 +3,38 @@
 //! and no repeat when its LISTEN connection is cut mid-ingest; a client that reconnects to a
 //! restarted replica with `Last-Event-ID` gets what it missed.
 
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use sqlx::{Connection, PgConnection};
 use troupe_server::testing::{BatchBuilder, TestDatabase};
 
+#[path = "support/server_process.rs"]
+mod server_process;
 #[path = "support/sse.rs"]
 mod sse;
+use server_process::ServerProcess;
 use sse::SseClient;
 
 const TOKEN: &str = "replicas-test-token";
 const COORDINATION_TOKEN: &str = "replicas-coordination-token";
 
-/// A running server process; killed if the test fails before it stops.
-struct Replica {
-    child: Child,
-    base: String,
+/// A replica on `database_url`, with the ingest and coordination APIs on.
+fn replica(database_url: &str) -> ServerProcess {
+    let mut command = ServerProcess::command();
+    command
+        .args(["--ingest-token", TOKEN])
+        .args(["--coordination-token", COORDINATION_TOKEN])
+        .args(["--database-url", database_url])
+        .args(["--shutdown-timeout-secs", "5", "--workers", "2"])
+        // Test events are stamped near 1970: keep them.
+        .args(["--retention-days", "0"]);
+    ServerProcess::spawn(command)
 }
 
-impl Replica {
-    fn start(database_url: &str) -> Self {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_troupe-server"));
-        command
-            .args(["--listen", "127.0.0.1:0", "--log-json"])
-            .args(["--ingest-token", TOKEN])
-            .args(["--coordination-token", COORDINATION_TOKEN])
-            .args(["--database-url", database_url])
-            .args(["--shutdown-timeout-secs", "5", "--workers", "2"])
-            // Test events are stamped near 1970: keep them.
-            .args(["--retention-days", "0"])
-            .env_remove("DATABASE_URL")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child = command.spawn().expect("start troupe-server");
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Ok(log) = serde_json::from_str::<serde_json::Value>(&line)
-                    && let Some(api) = log["api"].as_str()
-                {
-                    let _ = tx.send(api.to_owned());
-                }
-            }
-        });
-        let api = rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("server logs its address");
-        let addr: SocketAddr = api
-            .trim_start_matches("http://")
-            .trim_end_matches("/api/v1")
-            .parse()
-            .unwrap();
-        Self {
-            child,
-            base: format!("http://{addr}"),
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn terminate(&mut self) {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .expect("kill -TERM");
-        assert!(status.success());
-        let status = self.child.wait().expect("server exits");
-        assert!(status.success(), "server exited with {status}");
-    }
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Stops `replica` with SIGTERM; it must exit cleanly.
+fn terminate(replica: &mut ServerProcess) {
+    let status = replica.terminate();
+    assert!(status.success(), "server exited with {status}");
 }
 
 /// Batch `sequence` of agent `a:1`: one dead letter whose message type names the batch.
@@ -199,18 +148,18 @@ async fn a_stream_on_the_other_replica_gets_every_event_once_in_order_and_surviv
         .next()
         .unwrap()
         .to_owned();
-    let a = Replica::start(database.url());
-    let mut b = Replica::start(database.url());
+    let a = replica(database.url());
+    let mut b = replica(database.url());
     let client = reqwest::Client::new();
     let sent = std::sync::Arc::new(std::sync::Mutex::new(vec![None; 200]));
     // The cluster exists before the stream opens.
-    ingest(&client, &a.base, 1).await;
-    let url = format!("{}/api/v1/events/stream?cluster=app", b.base);
+    ingest(&client, &a.base(), 1).await;
+    let url = format!("{}/api/v1/events/stream?cluster=app", b.base());
     let mut stream = SseClient::connect(&url, None).await;
 
     // 1. Live: every batch stored through A reaches the stream on B.
     let writer = spawn_ingest(
-        a.base.clone(),
+        a.base(),
         2,
         LIVE + 1,
         Duration::from_millis(25),
@@ -238,7 +187,7 @@ async fn a_stream_on_the_other_replica_gets_every_event_once_in_order_and_surviv
     let first = LIVE + 2;
     let last = LIVE + 1 + CUT;
     let writer = spawn_ingest(
-        a.base.clone(),
+        a.base(),
         first,
         last,
         Duration::from_millis(25),
@@ -278,7 +227,7 @@ async fn a_stream_on_the_other_replica_gets_every_event_once_in_order_and_surviv
     // Listening again, it is live again.
     let probe = last + 1;
     sent.lock().unwrap()[probe as usize] = Some(Instant::now());
-    ingest(&client, &a.base, probe).await;
+    ingest(&client, &a.base(), probe).await;
     let (latency, last_id) = expect_batches(&mut stream, probe, probe, &sent).await;
     println!(
         "replica B listens again on backend {after:?}; next batch after {:?}",
@@ -287,7 +236,7 @@ async fn a_stream_on_the_other_replica_gets_every_event_once_in_order_and_surviv
     assert!(latency[0] < Duration::from_secs(1));
 
     // 3. B restarts while A ingests: a client resuming on the new B gets exactly what it missed.
-    b.terminate();
+    terminate(&mut b);
     assert_eq!(
         stream.next(Duration::from_secs(2)).await,
         None,
@@ -296,10 +245,10 @@ async fn a_stream_on_the_other_replica_gets_every_event_once_in_order_and_surviv
     let first = probe + 1;
     let last = probe + DOWN;
     for sequence in first..=last {
-        ingest(&client, &a.base, sequence).await;
+        ingest(&client, &a.base(), sequence).await;
     }
-    let b = Replica::start(database.url());
-    let url = format!("{}/api/v1/events/stream?cluster=app", b.base);
+    let b = replica(database.url());
+    let url = format!("{}/api/v1/events/stream?cluster=app", b.base());
     let mut stream = SseClient::connect(&url, Some(&last_id)).await;
     expect_batches(&mut stream, first, last, &sent).await;
     assert_eq!(
