@@ -101,7 +101,7 @@ pub async fn coordination_backend(
         ));
     }
     tracing::warn!(
-        "coordination API kept in memory (SQLite store, no --etcd-endpoints): single replica only, lost on restart"
+        "coordination API kept in memory (SQLite store, no --etcd-endpoints): single replica only, grants lost on restart"
     );
     Ok(Coordination::new(
         Arc::new(InMemoryLeaseArbiter::new(LeaseSettings::default())),

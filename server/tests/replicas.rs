@@ -1,7 +1,9 @@
 //! Two real `troupe-server` processes on one PostgreSQL database: a stream on the replica that
 //! did not receive a batch gets it (once, in order, within a second); it catches up with no gap
 //! and no repeat when its LISTEN connection is cut mid-ingest; a client that reconnects to a
-//! restarted replica with `Last-Event-ID` gets what it missed.
+//! restarted replica with `Last-Event-ID` gets what it missed. A coordination grant made
+//! through one replica is renewed through the other, outlives a crash of the first, and still
+//! expires one TTL after its last renewal.
 
 use std::time::{Duration, Instant};
 
@@ -257,4 +259,141 @@ async fn a_stream_on_the_other_replica_gets_every_event_once_in_order_and_surviv
         "nothing more than what was ingested arrives"
     );
     drop(a);
+}
+
+/// `POST /api/v1/coordination/leases/{name}/{action}` on `replica`: the status and the body.
+async fn lease_call(
+    client: &reqwest::Client,
+    replica: &ServerProcess,
+    action: &str,
+    body: serde_json::Value,
+) -> (u16, serde_json::Value) {
+    let response = client
+        .post(replica.url(&format!("/api/v1/coordination/leases/{LEASE}/{action}")))
+        .bearer_auth(COORDINATION_TOKEN)
+        .json(&body)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{action} through {}: {e}", replica.base()));
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or_default())
+}
+
+const LEASE: &str = "replicated-lease";
+
+fn acquire_body(owner: &str, ttl_ms: u64) -> serde_json::Value {
+    serde_json::json!({"owner": owner, "ttl_ms": ttl_ms})
+}
+
+fn grant_body(owner: &str, token: &str) -> serde_json::Value {
+    serde_json::json!({"owner": owner, "token": token})
+}
+
+/// Renews `token` of `owner` through `replica`; panics unless it is still held.
+async fn renew_ok(client: &reqwest::Client, replica: &ServerProcess, owner: &str, token: &str) {
+    let (status, body) = lease_call(client, replica, "renew", grant_body(owner, token)).await;
+    assert_eq!(status, 200, "renewal through {}: {body}", replica.base());
+    assert_eq!(body["token"], token, "{body}");
+    assert_eq!(body["expires_in_ms"], TTL_MS.to_string(), "{body}");
+}
+
+const TTL_MS: u64 = 3000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_made_on_one_replica_is_renewed_on_the_other_and_outlives_a_crash_of_the_first() {
+    let database = TestDatabase::create().await;
+    let mut a = replica(database.url());
+    let b = replica(database.url());
+    let client = reqwest::Client::new();
+
+    // Granted through A.
+    let (status, grant) = lease_call(&client, &a, "acquire", acquire_body("agent-1", TTL_MS)).await;
+    assert_eq!(status, 200, "{grant}");
+    assert_eq!(grant["granted"], true, "{grant}");
+    let token = grant["token"].as_str().expect("a token").to_owned();
+    let (_, refused) = lease_call(&client, &b, "acquire", acquire_body("agent-2", TTL_MS)).await;
+    assert_eq!(refused["granted"], false, "B sees A's grant: {refused}");
+
+    // Renewed alternately through B and A, every second, for twice the TTL: it holds.
+    let started = Instant::now();
+    for round in 0..6 {
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        let through = if round % 2 == 0 { &b } else { &a };
+        renew_ok(&client, through, "agent-1", &token).await;
+    }
+    let alternated = started.elapsed();
+    let shown: serde_json::Value = client
+        .get(b.url(&format!("/api/v1/coordination/leases/{LEASE}")))
+        .bearer_auth(COORDINATION_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(shown["backend"], "postgres", "{shown}");
+    assert_eq!(
+        shown["holder"]["owner"], "agent-1",
+        "B shows A's grant: {shown}"
+    );
+    assert_eq!(shown["holder"]["token"], token.as_str(), "{shown}");
+
+    // A crashes (SIGKILL) and starts again; the grant holds through B meanwhile and through
+    // the new A after.
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+    let crashed = Instant::now();
+    renew_ok(&client, &b, "agent-1", &token).await;
+    let a = replica(database.url());
+    let restart = crashed.elapsed();
+    renew_ok(&client, &a, "agent-1", &token).await;
+    let (_, refused) = lease_call(&client, &a, "acquire", acquire_body("agent-2", TTL_MS)).await;
+    assert_eq!(
+        refused["granted"], false,
+        "the restarted A sees the grant: {refused}"
+    );
+
+    // Nobody renews: it expires one TTL after the last renewal (by the database's clock) and
+    // the next holder gets a larger token, through either replica.
+    let last_renewal = Instant::now();
+    renew_ok(&client, &b, "agent-1", &token).await;
+    let taken = loop {
+        let (status, answer) =
+            lease_call(&client, &a, "acquire", acquire_body("agent-2", TTL_MS)).await;
+        assert_eq!(status, 200, "{answer}");
+        if answer["granted"] == true {
+            break answer;
+        }
+        assert!(
+            last_renewal.elapsed() < Duration::from_millis(TTL_MS + 2000),
+            "the unrenewed grant never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let expired_after = last_renewal.elapsed();
+    let new_token: u64 = taken["token"].as_str().unwrap().parse().unwrap();
+    assert!(
+        new_token > token.parse().unwrap(),
+        "{new_token} after {token}"
+    );
+    assert!(
+        expired_after >= Duration::from_millis(TTL_MS - 100),
+        "taken over {expired_after:?} after the last renewal, before the ttl {TTL_MS} ms"
+    );
+    let (status, gone) = lease_call(&client, &b, "renew", grant_body("agent-1", &token)).await;
+    assert_eq!(status, 409, "the expired grant cannot be renewed: {gone}");
+    let (status, released) = lease_call(
+        &client,
+        &b,
+        "release",
+        grant_body("agent-2", &new_token.to_string()),
+    )
+    .await;
+    assert_eq!(
+        (status, &released["released"]),
+        (200, &serde_json::json!(true))
+    );
+    println!(
+        "lease (ttl {TTL_MS} ms) renewed alternately through B and A for {alternated:?}; held while A crashed and restarted ({restart:?} down); taken over {expired_after:?} after its last renewal"
+    );
 }
