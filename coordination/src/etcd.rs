@@ -6,7 +6,10 @@
 //!   token is that transaction's revision (the key's `create_revision`), so it grows with every
 //!   new holder. The holder keeps the etcd lease alive every renew interval over one
 //!   keep-alive stream and checks the key is still its own; release revokes the etcd lease,
-//!   which deletes the key (and only this grant's key).
+//!   which deletes the key (and only this grant's key). [`StoredGrants`] (for the control
+//!   plane's clients) finds the etcd lease from the key instead: a renewal is one keep-alive of
+//!   the key's etcd lease after checking the key's owner and `create_revision`, so any replica
+//!   serves it, and etcd expires the grant one TTL after the last.
 //! - `P` `claims/<actor id>`: `{"host": "<host>"}`, created only if absent; released and
 //!   evicted with a transaction that compares the key's `mod_revision`, so a release never
 //!   removes a claim it did not read. A claim's revision is its `create_revision`; a watch is
@@ -29,7 +32,9 @@ use troupe_lease::directory::{
 };
 use troupe_lease::lease::{FencingToken, LeaseError, LeaseSettings};
 
+use troupe_lease::lease::LeaseFuture;
 use troupe_lease::lease::store::{GrantEnded, LeaseStore, RenewError};
+use troupe_lease::lease::stored::{StoredGrant, StoredGrants};
 
 /// How long one etcd request may take before it counts as failed.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -379,6 +384,155 @@ impl LeaseStore for EtcdLeaseStore {
                 format!("no answer within {:?}", self.timeout),
             )),
         }
+    }
+}
+
+/// A key's lease record and where it stands: (record, token = `create_revision`, etcd lease).
+type CurrentGrant = (LeaseValue, FencingToken, i64);
+
+impl EtcdLeaseStore {
+    /// The grant of `name` as etcd holds it, if the key exists.
+    async fn current(&self, name: &str) -> Result<Option<CurrentGrant>, LeaseError> {
+        let mut client = self.client.clone();
+        let key = self.key(name);
+        let response = self
+            .bounded(name, "etcd get", client.get(key.clone(), None))
+            .await?;
+        let Some(kv) = response.kvs().first() else {
+            return Ok(None);
+        };
+        let value = parse_lease_value(&key, kv).map_err(|reason| LeaseError::Malformed {
+            lease: name.to_owned(),
+            reason,
+        })?;
+        let token = u64::try_from(kv.create_revision()).unwrap_or(0);
+        Ok(Some((value, FencingToken(token), kv.lease())))
+    }
+
+    /// Keeps etcd lease `id` alive once: its TTL now, in seconds (0 or less: it is gone).
+    async fn keep_alive_once(&self, name: &str, id: i64) -> Result<i64, LeaseError> {
+        let mut client = self.client.clone();
+        let once = async {
+            let (mut keeper, mut stream) = client.lease_keep_alive(id).await?;
+            keeper.keep_alive().await?;
+            Ok::<_, etcd_client::Error>(stream.message().await?.map_or(0, |r| r.ttl()))
+        };
+        self.bounded(name, "etcd keep-alive", once).await
+    }
+
+    /// The stored grant of `name` held by `owner` with `token`, renewed now; `None` when that
+    /// grant is not held.
+    async fn renew_stored(
+        &self,
+        name: &str,
+        owner: &str,
+        token: FencingToken,
+    ) -> Result<Option<StoredGrant>, LeaseError> {
+        let Some((value, held, id)) = self.current(name).await? else {
+            return Ok(None);
+        };
+        if value.owner != owner || held != token {
+            return Ok(None);
+        }
+        let ttl = self.keep_alive_once(name, id).await?;
+        Ok((ttl > 0).then(|| StoredGrant {
+            owner: value.owner,
+            token,
+            ttl: Duration::from_secs(ttl.unsigned_abs()),
+            expires_in: Duration::from_secs(ttl.unsigned_abs()),
+        }))
+    }
+}
+
+/// Grants on etcd for a service that holds them for remote clients: expiry by etcd's lease
+/// TTL. etcd grants whole seconds, at least 1; acquiring again while holding renews the grant
+/// with the TTL it was first given (an etcd lease's TTL cannot change).
+impl StoredGrants for EtcdLeases {
+    fn acquire(&self, name: &str, owner: &str, ttl: Duration) -> LeaseFuture<Option<StoredGrant>> {
+        let store = Arc::clone(&self.store);
+        let (name, owner) = (name.to_owned(), owner.to_owned());
+        Box::pin(async move {
+            let settings = LeaseSettings::with_ttl(ttl).map_err(|e| LeaseError::Settings {
+                lease: name.clone(),
+                reason: e.to_string(),
+            })?;
+            store.check_settings(&name, &settings)?;
+            if let Some((value, token, _)) = store.current(&name).await? {
+                if value.owner != owner {
+                    return Ok(None);
+                }
+                return store.renew_stored(&name, &owner, token).await;
+            }
+            let granted = store
+                .try_acquire(&name, &owner, &settings, GrantEnded::default())
+                .await?;
+            // The etcd lease outlives the dropped grant data: only keep-alives renew it.
+            Ok(granted.map(|(token, _)| StoredGrant {
+                owner,
+                token,
+                ttl,
+                expires_in: ttl,
+            }))
+        })
+    }
+
+    fn renew(
+        &self,
+        name: &str,
+        owner: &str,
+        token: FencingToken,
+    ) -> LeaseFuture<Option<StoredGrant>> {
+        let store = Arc::clone(&self.store);
+        let (name, owner) = (name.to_owned(), owner.to_owned());
+        Box::pin(async move { store.renew_stored(&name, &owner, token).await })
+    }
+
+    fn release(&self, name: &str, owner: &str, token: FencingToken) -> LeaseFuture<bool> {
+        let store = Arc::clone(&self.store);
+        let (name, owner) = (name.to_owned(), owner.to_owned());
+        Box::pin(async move {
+            let Some((value, held, id)) = store.current(&name).await? else {
+                return Ok(false);
+            };
+            if value.owner != owner || held != token {
+                return Ok(false);
+            }
+            let mut client = store.client.clone();
+            match tokio::time::timeout(store.timeout, client.lease_revoke(id)).await {
+                Ok(Ok(_)) => Ok(true),
+                Ok(Err(e)) if is_lease_not_found(&e) => Ok(false),
+                Ok(Err(e)) => Err(unavailable(&name, "etcd lease revoke", e)),
+                Err(_) => Err(unavailable(
+                    &name,
+                    "etcd lease revoke",
+                    format!("no answer within {:?}", store.timeout),
+                )),
+            }
+        })
+    }
+
+    fn holder(&self, name: &str) -> LeaseFuture<Option<StoredGrant>> {
+        let store = Arc::clone(&self.store);
+        let name = name.to_owned();
+        Box::pin(async move {
+            let Some((value, token, id)) = store.current(&name).await? else {
+                return Ok(None);
+            };
+            let mut client = store.client.clone();
+            let lease = store
+                .bounded(
+                    &name,
+                    "etcd lease time-to-live",
+                    client.lease_time_to_live(id, None),
+                )
+                .await?;
+            Ok((lease.ttl() > 0).then(|| StoredGrant {
+                owner: value.owner,
+                token,
+                ttl: Duration::from_secs(lease.granted_ttl().unsigned_abs()),
+                expires_in: Duration::from_secs(lease.ttl().unsigned_abs()),
+            }))
+        })
     }
 }
 

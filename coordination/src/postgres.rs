@@ -2,13 +2,16 @@
 //!
 //! Everything lives in one dedicated schema, created on first use (`CREATE ... IF NOT
 //! EXISTS` under an advisory lock, so concurrent nodes may start together):
-//! - `leases(name, owner, token, expires_at)`: a grant is a row; `token` comes from the
+//! - `leases(name, owner, token, expires_at, ttl_ms)`: a grant is a row; `token` comes from the
 //!   sequence `lease_tokens`, so it grows with every new holder. Expiry is judged by the
 //!   server's clock (`now()`): acquire inserts, or takes over a row whose `expires_at` has
 //!   passed, in one `INSERT ... ON CONFLICT DO UPDATE ... WHERE expires_at <= now()`; renew
 //!   is an optimistic `UPDATE ... WHERE owner AND token AND expires_at > now()`; release
 //!   deletes the row only with its own token. Acquires of one name are serialised with a
 //!   transaction-scoped advisory lock, so tokens are taken in the order grants happen.
+//!   `ttl_ms` (added to older schemas by `ALTER TABLE ... ADD COLUMN IF NOT EXISTS`) is the
+//!   grant's TTL, so that [`StoredGrants`] can renew a grant by name, owner and token alone:
+//!   any control-plane replica serves a renewal, and a restart of one ends no grant.
 //! - `claims(actor, host, revision)` and the change log `claim_changes(revision, actor, host,
 //!   kind)`: every directory write takes one advisory lock for the schema, takes its revision
 //!   from the sequence `claim_revisions`, and commits before the next writer starts — so
@@ -30,7 +33,9 @@ use troupe_lease::directory::{
 };
 use troupe_lease::lease::{FencingToken, LeaseError, LeaseSettings};
 
+use troupe_lease::lease::LeaseFuture;
 use troupe_lease::lease::store::{GrantEnded, LeaseStore, RenewError};
+use troupe_lease::lease::stored::{StoredGrant, StoredGrants};
 
 /// How often a watch polls the change log when no notification arrives.
 pub const WATCH_POLL: Duration = Duration::from_millis(500);
@@ -117,6 +122,7 @@ impl PgCoordination {
                 token bigint NOT NULL,
                 expires_at timestamptz NOT NULL
             );
+            ALTER TABLE "{s}".leases ADD COLUMN IF NOT EXISTS ttl_ms bigint;
             CREATE SEQUENCE IF NOT EXISTS "{s}".lease_tokens;
             CREATE TABLE IF NOT EXISTS "{s}".claims (
                 actor text PRIMARY KEY,
@@ -331,10 +337,12 @@ impl PgLeaseStore {
             .execute(&mut *tx)
             .await?;
         let granted = sqlx::query(&format!(
-            r#"INSERT INTO "{s}".leases (name, owner, token, expires_at)
-               VALUES ($1, $2, nextval('"{s}".lease_tokens'), now() + make_interval(secs => $3))
+            r#"INSERT INTO "{s}".leases (name, owner, token, expires_at, ttl_ms)
+               VALUES ($1, $2, nextval('"{s}".lease_tokens'), now() + make_interval(secs => $3),
+                       CAST(round($3 * 1000) AS bigint))
                ON CONFLICT (name) DO UPDATE
-                 SET owner = EXCLUDED.owner, token = EXCLUDED.token, expires_at = EXCLUDED.expires_at
+                 SET owner = EXCLUDED.owner, token = EXCLUDED.token, expires_at = EXCLUDED.expires_at,
+                     ttl_ms = EXCLUDED.ttl_ms
                  WHERE "{s}".leases.expires_at <= now()
                RETURNING token"#
         ))
@@ -447,6 +455,181 @@ impl LeaseStore for PgLeaseStore {
         )
         .await?;
         Ok(())
+    }
+}
+
+/// A stored grant's token, checked: the sequence only answers positive numbers.
+fn stored_token(name: &str, token: i64) -> Result<FencingToken, LeaseError> {
+    u64::try_from(token)
+        .ok()
+        .filter(|t| *t > 0)
+        .map(FencingToken)
+        .ok_or_else(|| LeaseError::Malformed {
+            lease: name.to_owned(),
+            reason: format!("the grant's token is {token}; tokens are positive"),
+        })
+}
+
+/// Milliseconds as a duration (negative: zero).
+fn millis(ms: i64) -> Duration {
+    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
+impl PgLeaseStore {
+    /// [`StoredGrants::acquire`]: one upsert under the name's advisory lock. A row of another
+    /// owner is taken over only once expired (a new token); a row of this owner keeps its
+    /// token and lives `ttl` from now.
+    async fn acquire_stored_tx(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl_ms: i64,
+    ) -> Result<Option<i64>, sqlx::Error> {
+        let s = &self.shared.schema;
+        let mut tx = self.shared.pool.begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(lock_key(&format!("troupe-lease:{s}:{name}")))
+            .execute(&mut *tx)
+            .await?;
+        let token = sqlx::query_scalar(&format!(
+            r#"INSERT INTO "{s}".leases AS l (name, owner, token, expires_at, ttl_ms)
+               VALUES ($1, $2, nextval('"{s}".lease_tokens'),
+                       now() + $3 * interval '1 millisecond', $3)
+               ON CONFLICT (name) DO UPDATE
+                 SET token = CASE WHEN l.expires_at <= now() THEN EXCLUDED.token ELSE l.token END,
+                     owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at,
+                     ttl_ms = EXCLUDED.ttl_ms
+                 WHERE l.expires_at <= now() OR l.owner = EXCLUDED.owner
+               RETURNING token"#
+        ))
+        .bind(name)
+        .bind(owner)
+        .bind(ttl_ms)
+        .fetch_optional(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(token)
+    }
+}
+
+/// Grants in the `leases` table for a service that holds them for remote clients: expiry by
+/// the database's clock, so every replica of the service agrees on it.
+impl StoredGrants for PgLeases {
+    fn acquire(&self, name: &str, owner: &str, ttl: Duration) -> LeaseFuture<Option<StoredGrant>> {
+        let store = Arc::clone(&self.store);
+        let (name, owner) = (name.to_owned(), owner.to_owned());
+        Box::pin(async move {
+            let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+            let token = store
+                .bounded(
+                    &name,
+                    "acquire",
+                    store.acquire_stored_tx(&name, &owner, ttl_ms),
+                )
+                .await?;
+            token
+                .map(|token| {
+                    Ok(StoredGrant {
+                        token: stored_token(&name, token)?,
+                        owner,
+                        ttl,
+                        expires_in: ttl,
+                    })
+                })
+                .transpose()
+        })
+    }
+
+    fn renew(
+        &self,
+        name: &str,
+        owner: &str,
+        token: FencingToken,
+    ) -> LeaseFuture<Option<StoredGrant>> {
+        let store = Arc::clone(&self.store);
+        let (name, owner) = (name.to_owned(), owner.to_owned());
+        Box::pin(async move {
+            let s = &store.shared.schema;
+            let query = format!(
+                r#"UPDATE "{s}".leases SET expires_at = now() + ttl_ms * interval '1 millisecond'
+                   WHERE name = $1 AND owner = $2 AND token = $3 AND expires_at > now()
+                     AND ttl_ms IS NOT NULL
+                   RETURNING ttl_ms"#
+            );
+            let ttl: Option<i64> = store
+                .bounded(
+                    &name,
+                    "renew",
+                    sqlx::query_scalar(&query)
+                        .bind(&name)
+                        .bind(&owner)
+                        .bind(i64::try_from(token.0).unwrap_or(-1))
+                        .fetch_optional(&store.shared.pool),
+                )
+                .await?;
+            Ok(ttl.map(|ttl| StoredGrant {
+                owner,
+                token,
+                ttl: millis(ttl),
+                expires_in: millis(ttl),
+            }))
+        })
+    }
+
+    fn release(&self, name: &str, owner: &str, token: FencingToken) -> LeaseFuture<bool> {
+        let store = Arc::clone(&self.store);
+        let (name, owner) = (name.to_owned(), owner.to_owned());
+        Box::pin(async move {
+            let s = &store.shared.schema;
+            let query = format!(
+                r#"DELETE FROM "{s}".leases
+                   WHERE name = $1 AND owner = $2 AND token = $3 AND expires_at > now()"#
+            );
+            let deleted = store
+                .bounded(
+                    &name,
+                    "release",
+                    sqlx::query(&query)
+                        .bind(&name)
+                        .bind(&owner)
+                        .bind(i64::try_from(token.0).unwrap_or(-1))
+                        .execute(&store.shared.pool),
+                )
+                .await?;
+            Ok(deleted.rows_affected() == 1)
+        })
+    }
+
+    fn holder(&self, name: &str) -> LeaseFuture<Option<StoredGrant>> {
+        let store = Arc::clone(&self.store);
+        let name = name.to_owned();
+        Box::pin(async move {
+            let s = &store.shared.schema;
+            let query = format!(
+                r#"SELECT owner, token, ttl_ms,
+                          CAST(ceil(extract(epoch FROM expires_at - now()) * 1000) AS bigint) AS left_ms
+                   FROM "{s}".leases WHERE name = $1 AND expires_at > now()"#
+            );
+            let row: Option<(String, i64, Option<i64>, i64)> = store
+                .bounded(
+                    &name,
+                    "read",
+                    sqlx::query_as(&query)
+                        .bind(&name)
+                        .fetch_optional(&store.shared.pool),
+                )
+                .await?;
+            row.map(|(owner, token, ttl, left)| {
+                Ok(StoredGrant {
+                    owner,
+                    token: stored_token(&name, token)?,
+                    // A row written before `ttl_ms` existed: what is left is all that is known.
+                    ttl: millis(ttl.unwrap_or(left)),
+                    expires_in: millis(left),
+                })
+            })
+            .transpose()
+        })
     }
 }
 

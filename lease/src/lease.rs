@@ -1,7 +1,9 @@
 //! The [`Lease`] abstraction — at most one holder cluster-wide, arbitrated by a third party that
 //! every node reaches — its [`LeaseSettings`] and limits, the [`LeaseProvider`] that makes
 //! handles, the one handle every backend shares ([`store::GrantedLease`] over a backend's
-//! [`store::LeaseStore`]), and an in-memory arbiter for tests and single-node use.
+//! [`store::LeaseStore`]), grants kept wholly at the backend for a service that holds them for
+//! remote clients ([`stored::StoredGrants`]), and an in-memory arbiter for tests and
+//! single-node use.
 //!
 //! Backends for etcd, PostgreSQL and the control plane live in `troupe-coordination`, the
 //! Kubernetes Lease in `troupe-kubernetes`; each implements only its store operations, and
@@ -43,6 +45,7 @@
 mod machine;
 mod memory;
 pub mod store;
+pub mod stored;
 
 use std::fmt;
 use std::future::Future;

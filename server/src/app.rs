@@ -101,7 +101,7 @@ pub async fn coordination_backend(
         ));
     }
     tracing::warn!(
-        "coordination API kept in memory (SQLite store, no --etcd-endpoints): single replica only, lost on restart"
+        "coordination API kept in memory (SQLite store, no --etcd-endpoints): single replica only, grants lost on restart"
     );
     Ok(Coordination::new(
         Arc::new(InMemoryLeaseArbiter::new(LeaseSettings::default())),
@@ -264,6 +264,14 @@ impl App {
                 state.shutdown.clone(),
             ))
         });
+        // Streams here see what other replicas store as soon as it commits.
+        let listener = state.store.postgres_pool().map(|pool| {
+            tokio::spawn(crate::live::listen(
+                pool.clone(),
+                state.live.clone(),
+                state.shutdown.clone(),
+            ))
+        });
         let handle = server.handle();
         let server_task = tokio::spawn(server);
         let reason = tokio::select! {
@@ -276,6 +284,9 @@ impl App {
         let served = server_task.await.map_err(std::io::Error::other)?;
         if let Some(retention) = retention {
             retention.abort();
+        }
+        if let Some(listener) = listener {
+            listener.abort();
         }
         if let Some(export) = state.export.clone() {
             let _ = tokio::task::spawn_blocking(move || export.shutdown()).await;

@@ -11,8 +11,9 @@
 //! event sent, which a reconnecting `EventSource` sends back as `Last-Event-ID`.
 //!
 //! # When it reads
-//! On a wake-up from the [`LiveHub`](crate::live::LiveHub) (a batch of that cluster was stored by this replica) and
-//! every [`POLL`] (what other replicas stored), a page of at most [`PAGE`] rows per table and
+//! On a wake-up from the [`LiveHub`](crate::live::LiveHub) (a batch of that cluster was stored
+//! by this replica or, on PostgreSQL, by another one: see [`crate::live`]) and every [`POLL`]
+//! (a safety net for a lost notification), a page of at most [`PAGE`] rows per table and
 //! cluster at a time. A cluster that first reports after the feed opened starts at its
 //! beginning.
 
@@ -26,11 +27,12 @@ use tokio::sync::broadcast::{self, error::TryRecvError};
 use tokio::time::{Interval, MissedTickBehavior};
 use troupe_protocol::EventKind;
 
+use crate::live::Wake;
 use crate::store::{EventRow, Store, StoreError, StreamDeadLetterRow, StreamPosition};
 
 /// Rows read per table and cluster at a time.
 pub const PAGE: i64 = 500;
-/// How often a feed looks for rows it was not woken for (other replicas' ingest).
+/// How often a feed looks for rows it was not woken for.
 pub const POLL: Duration = Duration::from_secs(1);
 
 /// Where a feed stands in every cluster it covers.
@@ -153,7 +155,7 @@ pub enum Scope {
 #[derive(Debug)]
 pub struct Feed {
     store: Store,
-    wake: broadcast::Receiver<Arc<str>>,
+    wake: broadcast::Receiver<Wake>,
     scope: Scope,
     cursor: Cursor,
     names: HashMap<i64, Arc<str>>,
@@ -167,7 +169,7 @@ impl Feed {
     /// between).
     pub async fn open(
         store: Store,
-        wake: broadcast::Receiver<Arc<str>>,
+        wake: broadcast::Receiver<Wake>,
         scope: Scope,
         cursor: Cursor,
     ) -> Result<Self, StoreError> {
@@ -230,7 +232,7 @@ impl Feed {
         while self.due.is_empty() {
             tokio::select! {
                 woken = self.wake.recv() => match woken {
-                    Ok(name) => self.note(&name),
+                    Ok(wake) => self.note(&wake),
                     // Missed wake-ups, or the hub is gone: check everything.
                     Err(_) => {
                         self.due.insert(i64::MIN);
@@ -243,8 +245,15 @@ impl Feed {
         }
     }
 
-    fn note(&mut self, name: &str) {
-        match self.names.iter().find(|(_, n)| ***n == *name) {
+    fn note(&mut self, wake: &Wake) {
+        let name = match wake {
+            Wake::Cluster(name) => name,
+            Wake::All => {
+                self.due.insert(i64::MIN);
+                return;
+            }
+        };
+        match self.names.iter().find(|(_, n)| **n == *name) {
             Some((id, _)) => {
                 self.due.insert(*id);
             }
@@ -261,7 +270,7 @@ impl Feed {
     pub fn is_due(&mut self) -> bool {
         loop {
             match self.wake.try_recv() {
-                Ok(name) => self.note(&name),
+                Ok(wake) => self.note(&wake),
                 Err(TryRecvError::Lagged(_)) => {
                     self.due.insert(i64::MIN);
                 }

@@ -1,8 +1,8 @@
 //! The real `troupe-server` binary: configuration help, SIGTERM, and a restart mid-ingest.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::net::TcpStream;
+use std::process::Command;
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -11,71 +11,22 @@ use troupe_server::testing::{BatchBuilder, HttpClient, TestDatabase, TestSqliteF
 
 const TOKEN: &str = "process-test-token";
 
-/// A running server process; killed if the test fails before it stops.
-struct ServerProcess {
-    child: Child,
-    addr: SocketAddr,
-}
+#[path = "support/server_process.rs"]
+mod server_process;
+use server_process::ServerProcess;
 
-impl ServerProcess {
-    fn start(storage: &[(&str, &str)]) -> Self {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_troupe-server"));
-        command
-            .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--log-json",
-                "--ingest-token",
-                TOKEN,
-            ])
-            .args(["--shutdown-timeout-secs", "5"])
-            // Test events are stamped near 1970: keep them.
-            .args(["--retention-days", "0"])
-            .env_remove("DATABASE_URL")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        for (flag, value) in storage {
-            command.args([flag, value]);
-        }
-        let mut child = command.spawn().expect("start troupe-server");
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Ok(log) = serde_json::from_str::<serde_json::Value>(&line)
-                    && let Some(api) = log["api"].as_str()
-                {
-                    let _ = tx.send(api.to_owned());
-                }
-            }
-        });
-        let api = rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("server logs its address");
-        let addr = api
-            .trim_start_matches("http://")
-            .trim_end_matches("/api/v1")
-            .parse()
-            .unwrap();
-        Self { child, addr }
+/// A server on `storage` (flag, value pairs) with the ingest token.
+fn start(storage: &[(&str, &str)]) -> ServerProcess {
+    let mut command = ServerProcess::command();
+    command
+        .args(["--ingest-token", TOKEN])
+        .args(["--shutdown-timeout-secs", "5"])
+        // Test events are stamped near 1970: keep them.
+        .args(["--retention-days", "0"]);
+    for (flag, value) in storage {
+        command.args([flag, value]);
     }
-
-    fn terminate(&mut self) -> std::process::ExitStatus {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .expect("kill -TERM");
-        assert!(status.success());
-        self.child.wait().expect("server exits")
-    }
-}
-
-impl Drop for ServerProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    ServerProcess::spawn(command)
 }
 
 #[test]
@@ -174,7 +125,7 @@ fn a_bad_agent_silence_from_the_environment_stops_the_start_saying_what_is_allow
 #[test]
 fn sigterm_ends_live_streams_and_exits_cleanly() {
     let file = TestSqliteFile::new();
-    let mut server = ServerProcess::start(&[("--sqlite-path", file.path().to_str().unwrap())]);
+    let mut server = start(&[("--sqlite-path", file.path().to_str().unwrap())]);
 
     let mut stream = TcpStream::connect(server.addr).unwrap();
     stream
@@ -263,7 +214,7 @@ fn server_restarted_mid_ingest_loses_no_acknowledged_batch() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let db = runtime.block_on(TestDatabase::create());
     let storage = [("--database-url", db.url())];
-    let mut server = ServerProcess::start(&storage);
+    let mut server = start(&storage);
     let batches: Vec<Vec<u8>> = (1..=BATCHES)
         .map(|sequence| {
             let mut batch = BatchBuilder::new("app", "a:1", sequence).sent_at(1);
@@ -307,7 +258,7 @@ fn server_restarted_mid_ingest_loses_no_acknowledged_batch() {
 
     // A new server on the same database; the agent resends from its first unacknowledged batch
     // and also repeats the last acknowledged one, as an agent that lost the ack would.
-    let server = ServerProcess::start(&storage);
+    let server = start(&storage);
     let mut client = HttpClient::new(server.addr);
     let replay_from = next.saturating_sub(1);
     let mut committed_unacknowledged = 0u64;
@@ -352,7 +303,7 @@ fn a_big_batch_on_sqlite_never_starves_small_ones() {
     const SMALL: i64 = 5;
     let file = TestSqliteFile::new();
     let path = file.path().to_str().unwrap().to_owned();
-    let server = ServerProcess::start(&[("--sqlite-path", &path)]);
+    let server = start(&[("--sqlite-path", &path)]);
     let addr = server.addr;
     let mut big = BatchBuilder::new("app", "big:1", 1).sent_at(1);
     for i in 0..BIG {

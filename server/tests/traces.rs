@@ -4,8 +4,6 @@
 //! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` alone is enough to export.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use actix_web::middleware::from_fn;
@@ -20,6 +18,10 @@ use prost::Message;
 use tokio::sync::mpsc;
 use troupe_server::testing::{BatchBuilder, HttpClient, TestSqliteFile};
 use troupe_server::{AppState, Config};
+
+#[path = "support/server_process.rs"]
+mod server_process;
+use server_process::ServerProcess;
 
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PARENT_ID: &str = "00f067aa0ba902b7";
@@ -260,14 +262,9 @@ async fn requests_are_server_spans_by_the_semantic_conventions_continuing_the_ca
 async fn the_binary_exports_traces_with_only_the_traces_endpoint_set() {
     let (base, mut received) = receiver("/collector/spans");
     let file = TestSqliteFile::new();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_troupe-server"))
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--log-json",
-            "--ingest-token",
-            "t",
-        ])
+    let mut command = ServerProcess::command();
+    command
+        .args(["--ingest-token", "t"])
         .arg("--sqlite-path")
         .arg(file.path())
         .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
@@ -278,32 +275,9 @@ async fn the_binary_exports_traces_with_only_the_traces_endpoint_set() {
             format!("{base}/collector/spans"),
         )
         .env("OTEL_BSP_SCHEDULE_DELAY", "100")
-        .env("OTEL_SERVICE_NAME", "control-plane-under-test")
-        .env_remove("DATABASE_URL")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start troupe-server");
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Ok(log) = serde_json::from_str::<serde_json::Value>(&line)
-                && let Some(api) = log["api"].as_str()
-            {
-                let _ = tx.send(api.to_owned());
-            }
-        }
-    });
-    let api = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("server logs its address");
-    let addr = api
-        .trim_start_matches("http://")
-        .trim_end_matches("/api/v1")
-        .parse()
-        .unwrap();
+        .env("OTEL_SERVICE_NAME", "control-plane-under-test");
+    let server = ServerProcess::spawn(command);
+    let addr = server.addr;
     let traceparent = format!("00-{TRACE_ID}-{PARENT_ID}-01");
     let status = tokio::task::spawn_blocking(move || {
         let mut client = HttpClient::new(addr);
@@ -316,8 +290,7 @@ async fn the_binary_exports_traces_with_only_the_traces_endpoint_set() {
     .unwrap();
     assert_eq!(status, 200);
     let (spans, resource) = collect(&mut received, &["GET /livez"]).await;
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(server);
     assert_eq!(resource["service.name"], str("control-plane-under-test"));
     let span = spans.iter().find(|s| s.name == "GET /livez").unwrap();
     assert_eq!(hex(&span.trace_id), TRACE_ID);

@@ -5,8 +5,7 @@
 //! non-loopback listener without a read credential refuses to start, naming the flags.
 
 use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -18,65 +17,34 @@ const INGEST: &str = "viewer-test-ingest";
 const VIEWER: &str = "viewer-test-viewer";
 const ADMIN: &str = "viewer-test-admin";
 
-/// A running server process; killed when dropped.
+#[path = "support/server_process.rs"]
+mod server_process;
+
+/// A running server on its own SQLite file.
 struct ServerProcess {
-    child: Child,
-    addr: SocketAddr,
+    process: server_process::ServerProcess,
     _file: TestSqliteFile,
 }
 
 impl ServerProcess {
     fn start(extra: &[&str]) -> Self {
         let file = TestSqliteFile::new();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_troupe-server"))
-            .args(["--listen", "127.0.0.1:0", "--log-json"])
+        let mut command = server_process::ServerProcess::command();
+        command
             .args(["--ingest-token", INGEST, "--admin-token", ADMIN])
             .args(["--retention-days", "0"])
             .arg("--sqlite-path")
             .arg(file.path())
             .args(extra)
-            .env_remove("DATABASE_URL")
-            .env_remove("TROUPE_VIEWER_TOKEN")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start troupe-server");
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Ok(log) = serde_json::from_str::<serde_json::Value>(&line)
-                    && let Some(api) = log["api"].as_str()
-                {
-                    let _ = tx.send(api.to_owned());
-                }
-            }
-        });
-        let api = rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("server logs its address");
-        let addr = api
-            .trim_start_matches("http://")
-            .trim_end_matches("/api/v1")
-            .parse()
-            .unwrap();
+            .env_remove("TROUPE_VIEWER_TOKEN");
         Self {
-            child,
-            addr,
+            process: server_process::ServerProcess::spawn(command),
             _file: file,
         }
     }
 
     fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
-    }
-}
-
-impl Drop for ServerProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.url(path)
     }
 }
 

@@ -12,7 +12,8 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use super::store::{GrantEnded, LeaseStore, RenewError};
-use super::{FencingToken, LeaseError, LeaseSettings};
+use super::stored::{StoredGrant, StoredGrants};
+use super::{FencingToken, LeaseError, LeaseFuture, LeaseSettings};
 
 /// What happened at the arbiter, for tests that check the order of lease operations.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -362,6 +363,99 @@ impl LeaseStore for ArbiterStore {
     }
 }
 
+/// The arbiter's grants for a service that holds them for remote clients: expiry by the
+/// arbiter's clock, nothing renewed in the background.
+impl StoredGrants for InMemoryLeaseArbiter {
+    fn acquire(&self, name: &str, owner: &str, ttl: Duration) -> LeaseFuture<Option<StoredGrant>> {
+        let store = Arc::clone(&self.store);
+        let (name, owner) = (name.to_owned(), owner.to_owned());
+        Box::pin(async move {
+            store.delay().await;
+            Ok(store
+                .grant(&name, &owner, ttl, GrantEnded::default())?
+                .map(|token| StoredGrant {
+                    owner,
+                    token,
+                    ttl,
+                    expires_in: ttl,
+                }))
+        })
+    }
+
+    fn renew(
+        &self,
+        name: &str,
+        owner: &str,
+        token: FencingToken,
+    ) -> LeaseFuture<Option<StoredGrant>> {
+        let store = Arc::clone(&self.store);
+        let (name, owner) = (name.to_owned(), owner.to_owned());
+        Box::pin(async move {
+            let mut state = store.state.lock();
+            if state.cut_off.contains(&owner) {
+                return Err(unreachable(&name));
+            }
+            let now = Instant::now();
+            Ok(match state.grants.get_mut(&name) {
+                Some(grant)
+                    if grant.owner == owner && grant.token == token.0 && grant.expires_at > now =>
+                {
+                    grant.expires_at = now + grant.ttl;
+                    Some(StoredGrant {
+                        owner,
+                        token,
+                        ttl: grant.ttl,
+                        expires_in: grant.ttl,
+                    })
+                }
+                _ => None,
+            })
+        })
+    }
+
+    fn release(&self, name: &str, owner: &str, token: FencingToken) -> LeaseFuture<bool> {
+        let store = Arc::clone(&self.store);
+        let (name, owner) = (name.to_owned(), owner.to_owned());
+        Box::pin(async move {
+            store.delay().await;
+            let mut state = store.state.lock();
+            if state.cut_off.contains(&owner) {
+                state.record(&name, &owner, LeaseOp::Unreachable);
+                return Err(unreachable(&name));
+            }
+            let now = Instant::now();
+            let held = state
+                .grants
+                .get(&name)
+                .is_some_and(|g| g.owner == owner && g.token == token.0 && g.expires_at > now);
+            if held {
+                state.grants.remove(&name);
+                state.record(&name, &owner, LeaseOp::Released(token));
+            }
+            Ok(held)
+        })
+    }
+
+    fn holder(&self, name: &str) -> LeaseFuture<Option<StoredGrant>> {
+        let store = Arc::clone(&self.store);
+        let name = name.to_owned();
+        Box::pin(async move {
+            let state = store.state.lock();
+            let now = Instant::now();
+            Ok(state
+                .grants
+                .get(&name)
+                .filter(|g| g.expires_at > now)
+                .map(|g| StoredGrant {
+                    owner: g.owner.clone(),
+                    token: FencingToken(g.token),
+                    ttl: g.ttl,
+                    expires_in: g.expires_at - now,
+                }))
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -460,5 +554,65 @@ mod tests {
         arbiter.revoke("s");
         tokio::time::sleep(Duration::from_secs(10)).await;
         assert!(lost.lock().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stored_grant_lives_its_ttl_from_each_renewal_and_then_another_owner_takes_it() {
+        let arbiter = arbiter();
+        let ttl = Duration::from_secs(3);
+        let first = StoredGrants::acquire(&arbiter, "s", "a", ttl)
+            .await
+            .unwrap()
+            .expect("a free lease is granted");
+        assert_eq!(
+            StoredGrants::acquire(&arbiter, "s", "b", ttl)
+                .await
+                .unwrap(),
+            None
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let renewed = StoredGrants::renew(&arbiter, "s", "a", first.token)
+            .await
+            .unwrap()
+            .expect("held, so renewed");
+        assert_eq!(renewed.expires_in, ttl);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let shown = StoredGrants::holder(&arbiter, "s").await.unwrap().unwrap();
+        assert_eq!(
+            (shown.token, shown.expires_in),
+            (first.token, Duration::from_secs(1))
+        );
+        assert_eq!(
+            StoredGrants::renew(&arbiter, "s", "b", first.token)
+                .await
+                .unwrap(),
+            None,
+            "another owner cannot renew it"
+        );
+        tokio::time::sleep(Duration::from_millis(1001)).await;
+        assert_eq!(
+            StoredGrants::renew(&arbiter, "s", "a", first.token)
+                .await
+                .unwrap(),
+            None,
+            "expired: nothing renews it"
+        );
+        assert_eq!(StoredGrants::holder(&arbiter, "s").await.unwrap(), None);
+        let second = StoredGrants::acquire(&arbiter, "s", "b", ttl)
+            .await
+            .unwrap()
+            .expect("expired, taken over");
+        assert!(second.token > first.token);
+        assert!(
+            !StoredGrants::release(&arbiter, "s", "a", first.token)
+                .await
+                .unwrap()
+        );
+        assert!(
+            StoredGrants::release(&arbiter, "s", "b", second.token)
+                .await
+                .unwrap()
+        );
+        assert_eq!(StoredGrants::holder(&arbiter, "s").await.unwrap(), None);
     }
 }

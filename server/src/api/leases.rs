@@ -1,6 +1,7 @@
 //! `/api/v1/coordination/leases/{name}…`: leases over HTTP for agents that should not hold
-//! etcd or database credentials (acquire, renew, release, show). The grants themselves are
-//! kept by the [`crate::coordination`] service; see there for their timing.
+//! etcd or database credentials (acquire, renew, release, show). The grants live at the
+//! coordination backend, so any replica serves any of these; see [`crate::coordination`] for
+//! their timing.
 
 use std::time::Duration;
 
@@ -10,10 +11,11 @@ use troupe_lease::lease::{FencingToken, LeaseError, LeaseSettings};
 use utoipa::ToSchema;
 
 use super::allow::resource;
-use crate::coordination::{Acquisition, GrantError, HeldGrant};
+use crate::coordination::{Acquisition, GrantError};
 use crate::error::{ApiError, ErrorBody};
 use crate::request::json_body;
 use crate::state::AppState;
+use troupe_lease::lease::stored::StoredGrant;
 
 /// Ask for a lease.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -83,14 +85,14 @@ pub struct LeaseGrantDto {
     #[serde(with = "troupe_protocol::wire::option_u64_string")]
     #[schema(value_type = Option<troupe_protocol::wire::schema::U64>)]
     pub ttl_ms: Option<u64>,
-    /// Milliseconds until the server releases the grant unless renewed.
+    /// Milliseconds until the grant expires at the backend unless renewed.
     #[serde(with = "troupe_protocol::wire::option_u64_string")]
     #[schema(value_type = Option<troupe_protocol::wire::schema::U64>)]
     pub expires_in_ms: Option<u64>,
 }
 
-impl From<HeldGrant> for LeaseGrantDto {
-    fn from(grant: HeldGrant) -> Self {
+impl From<StoredGrant> for LeaseGrantDto {
+    fn from(grant: StoredGrant) -> Self {
         Self {
             granted: true,
             owner: grant.owner,
@@ -120,15 +122,15 @@ pub struct ReleasedDto {
     pub released: bool,
 }
 
-/// The grants of one lease made through this server.
+/// The current grant of one lease.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct LeaseStateDto {
     /// The lease's name.
     pub name: String,
     /// The coordination backend.
     pub backend: String,
-    /// The current grant made through this server, if any (another replica's or a direct
-    /// backend user's grant is not shown).
+    /// The current grant at the backend, if any: made through any replica of this server, or
+    /// by a node using the backend directly.
     pub holder: Option<LeaseGrantDto>,
 }
 
@@ -250,12 +252,13 @@ pub async fn release(
     Ok(HttpResponse::Ok().json(ReleasedDto { released }))
 }
 
-/// The grant of lease `name` made through this server, if any.
+/// The current grant of lease `name` at the backend, if any.
 #[utoipa::path(get, path = "/api/v1/coordination/leases/{name}", operation_id = "getLease", tag = "coordination",
     params(("name" = crate::api::schemas::CoordinationName, Path, description = "Lease name")),
     responses((status = 200, body = LeaseStateDto),
         (status = 400, description = "An empty or control-character name", body = ErrorBody),
-        (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody)),
+        (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody),
+        (status = 502, description = "The coordination backend answered with an error", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry", body = ErrorBody)),
     security(("coordination" = [])))]
 pub async fn lease(
     state: web::Data<AppState>,
@@ -264,7 +267,11 @@ pub async fn lease(
 ) -> Result<HttpResponse, ApiError> {
     let service = state.coordination_for(&req)?;
     name_ok("lease name", &name)?;
-    let holder = service.holders(&name).into_iter().next().map(Into::into);
+    let holder = service
+        .holder(&name)
+        .await
+        .map_err(grant_error)?
+        .map(Into::into);
     Ok(HttpResponse::Ok().json(LeaseStateDto {
         name: name.into_inner(),
         backend: service.backend().to_owned(),

@@ -5,6 +5,11 @@
 //! lock: within a cluster their ids then grow in commit order, which is what lets the live
 //! stream resume from an id (see `crate::feed`). The lock is held only for those two inserts
 //! and the commit; state changes, rollups and depth ticks are written before it.
+//!
+//! # Other replicas
+//! A batch with events or dead letters also notifies [`crate::live::CHANNEL`] with the
+//! cluster's key, in the same transaction: PostgreSQL delivers it at commit (never for a
+//! rolled-back batch), and every replica's listener wakes its streams (see `crate::live`).
 
 use sqlx::PgPool;
 use troupe_protocol::ReportBatch;
@@ -40,6 +45,9 @@ SELECT $1, $2, t.at_ms, t.samples FROM UNNEST($3::bigint[], $4::text[]) AS t(at_
 
 /// The cluster's stream lock (two-int advisory lock space `0x7472` = "tr", the cluster id).
 const STREAM_LOCK: &str = "SELECT pg_advisory_xact_lock(29810, CAST($1 AS integer))";
+
+/// Announces the cluster's new stream rows to every replica (delivered at commit).
+const NOTIFY_LIVE: &str = "SELECT pg_notify($1, $2)";
 
 pub(super) async fn ingest(
     pool: &PgPool,
@@ -119,6 +127,13 @@ pub(super) async fn ingest(
             .bind(&d.sender)
             .bind(&d.message_type)
             .bind(&d.reason)
+            .execute(&mut *tx)
+            .await?;
+    }
+    if !rows.events.at_ms.is_empty() || !rows.dead_letters.at_ms.is_empty() {
+        sqlx::query(NOTIFY_LIVE)
+            .bind(crate::live::CHANNEL)
+            .bind(crate::live::notify_payload(&batch.identity.cluster_key()))
             .execute(&mut *tx)
             .await?;
     }
