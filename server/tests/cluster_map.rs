@@ -54,7 +54,13 @@ fn cluster(n: usize, t: i64) -> Vec<(ReportBatch, i64)> {
             );
             if i == 0 {
                 for a in &all {
-                    b = b.member(t - 90_000, EventBody::MemberUp, a, MemberStatus::Up, &["worker"]);
+                    b = b.member(
+                        t - 90_000,
+                        EventBody::MemberUp,
+                        a,
+                        MemberStatus::Up,
+                        &["worker"],
+                    );
                 }
                 b = b
                     .event(
@@ -109,10 +115,7 @@ fn cluster(n: usize, t: i64) -> Vec<(ReportBatch, i64)> {
                 );
             }
             let depth = u32::try_from(i).unwrap();
-            b = b.depth_tick(
-                received - 5,
-                &[("/user/order-worker", Some(ROUTER), depth)],
-            );
+            b = b.depth_tick(received - 5, &[("/user/order-worker", Some(ROUTER), depth)]);
             let mut batch = b.build();
             batch.identity.meta = AgentMeta {
                 node: Some(machine(i)),
@@ -195,7 +198,11 @@ fn classes(node: &str) -> Vec<&str> {
 
 /// What every map of [`cluster`] shows, whatever its size.
 fn assert_structure(map: &str, n: usize) {
-    assert_eq!(map.matches("<g class=\"node ").count(), n, "one box per member");
+    assert_eq!(
+        map.matches("<g class=\"node ").count(),
+        n,
+        "one box per member"
+    );
     let machines = n.div_ceil(3);
     assert_eq!(map.matches("<g class=\"machine\"").count(), machines);
     for m in 0..machines {
@@ -215,7 +222,11 @@ fn assert_structure(map: &str, n: usize) {
     let leader = node_box(map, &address(0));
     assert!(classes(leader).contains(&"leader"), "{leader}");
     assert!(leader.contains('★'));
-    assert_eq!(map.matches("class=\"leader-mark\"").count(), 1, "one leader");
+    assert_eq!(
+        map.matches("class=\"leader-mark\"").count(),
+        1,
+        "one leader"
+    );
     // The singleton's host.
     let host = node_box(map, &address(1));
     assert!(host.contains("data-singletons=\"1\""), "{host}");
@@ -232,7 +243,10 @@ fn assert_structure(map: &str, n: usize) {
     // The silent agent, and only it, is greyed.
     let silent = node_box(map, &address(n - 1));
     assert!(classes(silent).contains(&"silent"), "{silent}");
-    assert!(silent.contains("unknown"), "its health reads unknown: {silent}");
+    assert!(
+        silent.contains("unknown"),
+        "its health reads unknown: {silent}"
+    );
     assert_eq!(map.matches(" silent\"").count(), 1, "one silent box");
     // A depth bar per routee with its latest depth; the deepest fills its track.
     assert!(map.contains(&format!("data-router=\"{ROUTER}\"")));
@@ -252,8 +266,16 @@ fn assert_structure(map: &str, n: usize) {
         "the silent node's sample is older than a minute: {quiet}"
     );
     assert_eq!(map.matches("<rect class=\"depth\"").count(), n);
-    assert_eq!(fill_width(routee(map, &address(n - 2))), 90, "the deepest fills its track");
-    assert_eq!(fill_width(routee(map, &address(0))), 0, "an empty mailbox draws no bar");
+    assert_eq!(
+        fill_width(routee(map, &address(n - 2))),
+        90,
+        "the deepest fills its track"
+    );
+    assert_eq!(
+        fill_width(routee(map, &address(0))),
+        0,
+        "an empty mailbox draws no bar"
+    );
     assert!(map.contains("no report from its agent for more than 15.0 s"));
 }
 
@@ -269,10 +291,7 @@ async fn the_map_of_three_nodes_marks_leader_singleton_unreachability_silence_an
     // The fragment the page's script fetches is the same map.
     let fragment = get!(app, "/ui/map?cluster=prod");
     assert_structure(map_of(&fragment), 3);
-    assert!(
-        !fragment.contains("<html"),
-        "the fragment is the map alone"
-    );
+    assert!(!fragment.contains("<html"), "the fragment is the map alone");
 }
 
 async fn the_map_of_fifty_nodes_draws_every_node_in_its_machine_and_renders_quickly(store: Store) {

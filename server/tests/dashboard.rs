@@ -469,7 +469,10 @@ async fn xss_payloads_in_every_field_and_filter_render_only_escaped(store: Store
     assert_eq!(status, StatusCode::OK, "the map fragment");
     for p in &payloads {
         if p.contains(['<', '>', '"', '\'']) {
-            assert!(!fragment.contains(p.as_str()), "map: {p:?} appears unescaped");
+            assert!(
+                !fragment.contains(p.as_str()),
+                "map: {p:?} appears unescaped"
+            );
         }
         let e = escaped(p);
         assert!(
@@ -483,7 +486,10 @@ async fn xss_payloads_in_every_field_and_filter_render_only_escaped(store: Store
     }
     let lower = fragment.to_ascii_lowercase();
     assert!(!lower.contains("<script"), "the map carries no script");
-    assert!(!lower.contains("href=\"javascript"), "map links stay on the dashboard");
+    assert!(
+        !lower.contains("href=\"javascript"),
+        "map links stay on the dashboard"
+    );
     let routers = payloads
         .iter()
         .filter(|p| shown[4].contains(&format!("data-router=\"{}\"", escaped(p))))

@@ -312,9 +312,9 @@ impl ClusterMap {
                     let (col, row) = (i as i64 % per_row, i as i64 / per_row);
                     let rx = MARGIN + col * (ROUTEE_W + GAP);
                     let ry = top + ROUTER_HEAD + row * ROUTEE_H;
-                    let fill_w =
-                        depth.map_or(0, |d| i64::from(d) * BAR_W / i64::from(deepest));
-                    let depth_text = depth.map_or_else(|| "no sample".to_owned(), |d| d.to_string());
+                    let fill_w = depth.map_or(0, |d| i64::from(d) * BAR_W / i64::from(deepest));
+                    let depth_text =
+                        depth.map_or_else(|| "no sample".to_owned(), |d| d.to_string());
                     RouteeRow {
                         x: rx,
                         y: ry + 13,
@@ -356,7 +356,10 @@ impl ClusterMap {
             });
             height = top + ROUTER_HEAD + lines.max(1) * ROUTEE_H + MARGIN;
         }
-        let leader = members.iter().find(|m| m.leader).map(|m| m.address.as_str());
+        let leader = members
+            .iter()
+            .find(|m| m.leader)
+            .map(|m| m.address.as_str());
         let summary = format!(
             "{} on {}; leader {}; {} of unreachability; {} silent; {}",
             plural(members.len(), "member", "members"),
@@ -405,7 +408,14 @@ fn node_box(m: &MapMember, x: i64, y: i64) -> NodeBox {
         y,
         w: NODE_W,
         h: NODE_H,
-        label: fit(&m.address, if m.leader { ADDRESS_CHARS - 2 } else { ADDRESS_CHARS }),
+        label: fit(
+            &m.address,
+            if m.leader {
+                ADDRESS_CHARS - 2
+            } else {
+                ADDRESS_CHARS
+            },
+        ),
         address: m.address.clone(),
         href: m.href.clone(),
         state: fit(&state, TEXT_CHARS),
@@ -431,8 +441,16 @@ fn node_box(m: &MapMember, x: i64, y: i64) -> NodeBox {
 /// Where the segment from the centre of a box (half sizes `hw`, `hh`) towards `(dx, dy)`
 /// leaves it, as a share of `(dx, dy)`.
 fn exit(dx: f64, dy: f64, hw: f64, hh: f64) -> f64 {
-    let tx = if dx == 0.0 { f64::INFINITY } else { hw / dx.abs() };
-    let ty = if dy == 0.0 { f64::INFINITY } else { hh / dy.abs() };
+    let tx = if dx == 0.0 {
+        f64::INFINITY
+    } else {
+        hw / dx.abs()
+    };
+    let ty = if dy == 0.0 {
+        f64::INFINITY
+    } else {
+        hh / dy.abs()
+    };
     tx.min(ty)
 }
 
@@ -453,7 +471,10 @@ fn arrows(nodes: &[NodeBox], unreachable: &[(String, String)]) -> Vec<Arrow> {
         // Arrows both ways between two boxes run side by side, not on top of each other.
         let side = if observer < subject { 5.0 } else { -5.0 };
         let (ox, oy) = (-dy / len * side, dx / len * side);
-        let (hw, hh) = (f64::from(NODE_W as i32) / 2.0, f64::from(NODE_H as i32) / 2.0);
+        let (hw, hh) = (
+            f64::from(NODE_W as i32) / 2.0,
+            f64::from(NODE_H as i32) / 2.0,
+        );
         let t = exit(dx, dy, hw, hh);
         out.push(Arrow {
             x1: (cx1 + dx * t + ox).round() as i64,
@@ -502,7 +523,10 @@ mod tests {
         assert_eq!(map.machines.len(), 2);
         assert_eq!(map.machines[0].label, "m1 · 2 hosts");
         assert_eq!(map.machines[1].label, "machine not reported · 1 host");
-        assert_eq!(map.nodes[0].address, "10.0.0.1:1", "address order in a machine");
+        assert_eq!(
+            map.nodes[0].address, "10.0.0.1:1",
+            "address order in a machine"
+        );
         assert!(inside(&map.nodes[0], &map.machines[0]));
         assert!(inside(&map.nodes[1], &map.machines[0]));
         assert!(inside(&map.nodes[2], &map.machines[1]));
@@ -520,10 +544,8 @@ mod tests {
         }
         for (i, a) in map.nodes.iter().enumerate() {
             for b in &map.nodes[i + 1..] {
-                let apart = a.x + a.w <= b.x
-                    || b.x + b.w <= a.x
-                    || a.y + a.h <= b.y
-                    || b.y + b.h <= a.y;
+                let apart =
+                    a.x + a.w <= b.x || b.x + b.w <= a.x || a.y + a.h <= b.y || b.y + b.h <= a.y;
                 assert!(apart, "{a:?} overlaps {b:?}");
             }
         }
@@ -557,9 +579,16 @@ mod tests {
             ("a".to_owned(), "gone".to_owned()),
         ];
         let map = ClusterMap::layout(&members, &unreachable, &[]);
-        assert_eq!(map.arrows.len(), 1, "a pair naming no box on the map is left out");
+        assert_eq!(
+            map.arrows.len(),
+            1,
+            "a pair naming no box on the map is left out"
+        );
         let (arrow, a, b) = (&map.arrows[0], &map.nodes[0], &map.nodes[1]);
-        assert_eq!((arrow.observer.as_str(), arrow.subject.as_str()), ("b", "a"));
+        assert_eq!(
+            (arrow.observer.as_str(), arrow.subject.as_str()),
+            ("b", "a")
+        );
         // Side by side: from b's left edge to a's right edge.
         assert_eq!(arrow.x1, b.x);
         assert_eq!(arrow.x2, a.x + a.w);
@@ -582,7 +611,10 @@ mod tests {
         let rows = &map.routers[0].routees;
         assert_eq!(rows[0].fill_w, BAR_W);
         assert_eq!(rows[1].fill_w, BAR_W / 4);
-        assert_eq!((rows[2].fill_w, rows[2].depth_text.as_str()), (0, "no sample"));
+        assert_eq!(
+            (rows[2].fill_w, rows[2].depth_text.as_str()),
+            (0, "no sample")
+        );
         assert_eq!(rows[3].fill_w, 0);
         assert!(map.height > rows[3].y, "the routers fit the view box");
     }

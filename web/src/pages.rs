@@ -4,8 +4,8 @@
 use askama::Template;
 
 use crate::chart::{Chart, Lifetimes};
-use crate::map::ClusterMap;
 use crate::format::{TimeText, href};
+use crate::map::ClusterMap;
 
 /// Which page is showing (for the navigation bar).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
