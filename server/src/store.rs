@@ -35,6 +35,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{PgPool, SqlitePool};
 use troupe_protocol::{OperationKind, ReportBatch};
 
+pub use audit::{AuditFilter, AuditOutcome, AuditRow, AuditScope, MAX_REFUSED, NewAuditEntry};
 pub use error::StoreError;
 pub use model::{
     AgentRow, ClusterRow, ClusterSnapshot, DeadLetterRow, DepthTickRow, EventRow, IngestOutcome,
@@ -51,6 +52,9 @@ macro_rules! with_pool {
         }
     };
 }
+
+// After `with_pool!`, which it uses.
+mod audit;
 
 /// How far (milliseconds) an event time may be ahead of the server's receive time before it is
 /// stored as the receive time.
@@ -653,6 +657,9 @@ impl Store {
                     .rows_affected());
             }
         }
+        deleted += self
+            .delete_coordination_audit_older_than(cutoff_ms, chunk)
+            .await?;
         Ok(deleted)
     }
 }
