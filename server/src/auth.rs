@@ -159,7 +159,9 @@ impl Tokens {
 fn caller(req: &HttpRequest, kind: &str, expected: Option<&str>) -> String {
     match (presented(req), expected) {
         (None, _) => "none".to_owned(),
-        (Some(token), Some(expected)) if constant_time_eq(token.as_bytes(), expected.as_bytes()) => {
+        (Some(token), Some(expected))
+            if constant_time_eq(token.as_bytes(), expected.as_bytes()) =>
+        {
             token_id(kind, expected)
         }
         (Some(_), _) => "unknown".to_owned(),
@@ -281,7 +283,10 @@ mod tests {
         let admin = tokens.admin_caller(&bearer("admin-secret"));
         // sha256("admin-secret") begins 16175223c8dd: stable across restarts and replicas.
         assert_eq!(admin, "admin:16175223c8dd");
-        assert!(admin.starts_with("admin:") && admin.len() == "admin:".len() + 12, "{admin}");
+        assert!(
+            admin.starts_with("admin:") && admin.len() == "admin:".len() + 12,
+            "{admin}"
+        );
         assert!(!admin.contains("secret"), "{admin}");
         assert_eq!(tokens.admin_caller(&bearer("admin-secre")), "unknown");
         assert_eq!(tokens.admin_caller(&bearer("secret")), "unknown");
@@ -299,7 +304,10 @@ mod tests {
             coordination.coordination_caller(&bearer("admin-secret")),
             "coordination:16175223c8dd"
         );
-        assert_eq!(coordination.coordination_caller(&bearer("secret")), "unknown");
+        assert_eq!(
+            coordination.coordination_caller(&bearer("secret")),
+            "unknown"
+        );
     }
 
     #[test]

@@ -63,7 +63,10 @@ async fn page(
 ) -> (StatusCode, String) {
     let resp = call_service(app, TestRequest::get().uri(uri).to_request()).await;
     let status = resp.status();
-    (status, String::from_utf8(read_body(resp).await.to_vec()).unwrap())
+    (
+        status,
+        String::from_utf8(read_body(resp).await.to_vec()).unwrap(),
+    )
 }
 
 async fn send(
@@ -188,7 +191,10 @@ async fn every_leave_and_down_is_recorded_with_token_id_target_and_outcome(store
         let at = chrono::DateTime::parse_from_rfc3339(entry["at"].as_str().unwrap())
             .unwrap()
             .timestamp_millis();
-        assert!((before..=after).contains(&at), "{at} not in {before}..={after}");
+        assert!(
+            (before..=after).contains(&at),
+            "{at} not in {before}..={after}"
+        );
     }
     // The entry of the /api/v1 leave names the operation the answer named.
     assert_eq!(entries[2]["operation_id"], accepted["id"]);
@@ -238,13 +244,13 @@ fn coordination_state(store: Store) -> AppState {
     config.ingest_token = Some(INGEST.to_owned());
     config.admin_token = Some(ADMIN.to_owned());
     config.coordination_token = Some(COORDINATION.to_owned());
-    AppState::new(config, store)
-        .0
-        .with_coordination(Arc::new(troupe_server::coordination::Coordination::new(
+    AppState::new(config, store).0.with_coordination(Arc::new(
+        troupe_server::coordination::Coordination::new(
             Arc::new(InMemoryLeaseArbiter::new(LeaseSettings::default())),
             Arc::new(InMemoryDirectory::new()),
             "in-memory",
-        )))
+        ),
+    ))
 }
 
 async fn coordination_evictions_and_releases_are_recorded_in_their_own_trail(store: Store) {
@@ -271,7 +277,10 @@ async fn coordination_evictions_and_releases_are_recorded_in_their_own_trail(sto
             .insert_header(bearer.clone()),
     )
     .await;
-    assert_eq!((status.as_u16(), &body["released"]), (200, &Value::Bool(true)));
+    assert_eq!(
+        (status.as_u16(), &body["released"]),
+        (200, &Value::Bool(true))
+    );
     let (status, body) = send(
         &app,
         TestRequest::post()
@@ -397,15 +406,21 @@ async fn refusals_are_recorded_with_status_and_reason_and_name_no_secret(store: 
     let wrong = "admin-secre";
     let cases: Vec<(TestRequest, u16, &str, &str, &str)> = vec![
         (
-            put("/api/v1/clusters/app/members/10.0.0.1:2552", "operation=Down"),
+            put(
+                "/api/v1/clusters/app/members/10.0.0.1:2552",
+                "operation=Down",
+            ),
             401,
             "none",
             "member.down",
             "missing bearer token",
         ),
         (
-            put("/api/v1/clusters/app/members/10.0.0.1:2552", "operation=Leave")
-                .insert_header(("authorization", format!("Bearer {wrong}"))),
+            put(
+                "/api/v1/clusters/app/members/10.0.0.1:2552",
+                "operation=Leave",
+            )
+            .insert_header(("authorization", format!("Bearer {wrong}"))),
             401,
             "unknown",
             "member.leave",
@@ -490,10 +505,7 @@ async fn refusals_are_recorded_with_status_and_reason_and_name_no_secret(store: 
     );
     // No secret anywhere in the trail, not even the near miss.
     let text = all.to_string();
-    assert!(
-        !text.contains(ADMIN) && !text.contains(wrong),
-        "{text}"
-    );
+    assert!(!text.contains(ADMIN) && !text.contains(wrong), "{text}");
     // A cluster nobody reported: 404 (403 with operations off, which is checked first) and
     // nothing recorded anywhere.
     let (status, _) = send(
@@ -508,11 +520,7 @@ async fn refusals_are_recorded_with_status_and_reason_and_name_no_secret(store: 
     )
     .await;
     assert_eq!(status, 403);
-    let (status, _) = send(
-        &off,
-        TestRequest::get().uri("/api/v1/clusters/nope/audit"),
-    )
-    .await;
+    let (status, _) = send(&off, TestRequest::get().uri("/api/v1/clusters/nope/audit")).await;
     assert_eq!(status, 404);
     assert_eq!(
         trail(&off, "").await["entries"].as_array().unwrap().len(),
@@ -523,7 +531,13 @@ async fn refusals_are_recorded_with_status_and_reason_and_name_no_secret(store: 
 async fn the_trail_is_paged_newest_first_and_filtered_by_target(store: Store) {
     seed(&store).await;
     let app = service!(state(store, true));
-    for target in ["10.0.0.1:2552", "10.0.0.2:2552", "10.0.0.1:2552", "10.0.0.2:2552", "10.0.0.1:2552"] {
+    for target in [
+        "10.0.0.1:2552",
+        "10.0.0.2:2552",
+        "10.0.0.1:2552",
+        "10.0.0.2:2552",
+        "10.0.0.1:2552",
+    ] {
         let (status, _) = send(
             &app,
             admin(TestRequest::delete()).uri(&format!("/api/v1/clusters/app/members/{target}")),
@@ -545,7 +559,11 @@ async fn the_trail_is_paged_newest_first_and_filtered_by_target(store: Store) {
     }
     assert_eq!(ids.len(), 5, "{ids:?}");
     assert!(ids.windows(2).all(|w| w[0] > w[1]), "newest first: {ids:?}");
-    for written in ["10.0.0.1:2552", "troupe://app@10.0.0.1:2552", "troupe%3A%2F%2Fapp%4010.0.0.1%3A2552"] {
+    for written in [
+        "10.0.0.1:2552",
+        "troupe://app@10.0.0.1:2552",
+        "troupe%3A%2F%2Fapp%4010.0.0.1%3A2552",
+    ] {
         let page = trail(&app, &format!("?target={written}")).await;
         let entries = page["entries"].as_array().unwrap();
         assert_eq!(entries.len(), 3, "{written}: {page}");
@@ -617,9 +635,14 @@ async fn the_audit_page_lists_entries_and_the_node_page_links_them(store: Store)
     let app = service!(state(store, true));
     let (status, body) = page(&app, "/ui/audit?cluster=app").await;
     assert_eq!(status, 200, "{body}");
-    assert!(body.contains("Nobody has asked for a leave or down"), "{body}");
     assert!(
-        body.contains("<a href=\"/ui/audit?cluster=app\" class=\"active\" aria-current=\"page\">Audit</a>"),
+        body.contains("Nobody has asked for a leave or down"),
+        "{body}"
+    );
+    assert!(
+        body.contains(
+            "<a href=\"/ui/audit?cluster=app\" class=\"active\" aria-current=\"page\">Audit</a>"
+        ),
         "the nav links the audit page: {body}"
     );
     let (status, _) = send(
@@ -641,12 +664,28 @@ async fn the_audit_page_lists_entries_and_the_node_page_links_them(store: Store)
     let rows = body.matches("<tr>\n    <td class=\"mono\"><time").count();
     assert_eq!(rows, 2, "{body}");
     assert!(body.contains(ADMIN_ID) && !body.contains(ADMIN), "{body}");
-    assert!(body.contains("<span class=\"badge ok\">accepted</span> <span class=\"muted small\">202</span>"), "{body}");
-    assert!(body.contains("<span class=\"badge warn\">refused</span> <span class=\"muted small\">401</span>"), "{body}");
+    assert!(
+        body.contains(
+            "<span class=\"badge ok\">accepted</span> <span class=\"muted small\">202</span>"
+        ),
+        "{body}"
+    );
+    assert!(
+        body.contains(
+            "<span class=\"badge warn\">refused</span> <span class=\"muted small\">401</span>"
+        ),
+        "{body}"
+    );
     assert!(body.contains("unauthorized: wrong bearer token"), "{body}");
     // A target links to its entries and, being a node, to its node page.
-    assert!(body.contains("href=\"/ui/audit?cluster=app&#38;target=10.0.0.2%3A2552\""), "{body}");
-    assert!(body.contains("href=\"/ui/node?cluster=app&#38;node=10.0.0.2%3A2552\""), "{body}");
+    assert!(
+        body.contains("href=\"/ui/audit?cluster=app&#38;target=10.0.0.2%3A2552\""),
+        "{body}"
+    );
+    assert!(
+        body.contains("href=\"/ui/node?cluster=app&#38;node=10.0.0.2%3A2552\""),
+        "{body}"
+    );
     // The node page links its entries and counts them; another node has none.
     let (status, node) = page(&app, "/ui/node?cluster=app&node=10.0.0.2:2552").await;
     assert_eq!(status, 200, "{node}");
@@ -655,14 +694,26 @@ async fn the_audit_page_lists_entries_and_the_node_page_links_them(store: Store)
         "{node}"
     );
     let (_, other) = page(&app, "/ui/node?cluster=app&node=10.0.0.1:2552").await;
-    assert!(other.contains("data-audit-count=\"0\">0 management actions"), "{other}");
+    assert!(
+        other.contains("data-audit-count=\"0\">0 management actions"),
+        "{other}"
+    );
     // Filtered by target, in either address form.
     for target in ["10.0.0.2%3A2552", "troupe%3A%2F%2Fapp%4010.0.0.2%3A2552"] {
         let (_, filtered) = page(&app, &format!("/ui/audit?cluster=app&target={target}")).await;
-        assert_eq!(filtered.matches("<tr>\n    <td class=\"mono\"><time").count(), 2, "{target}");
+        assert_eq!(
+            filtered
+                .matches("<tr>\n    <td class=\"mono\"><time")
+                .count(),
+            2,
+            "{target}"
+        );
     }
     let (_, none) = page(&app, "/ui/audit?cluster=app&target=10.0.0.1%3A2552").await;
-    assert!(none.contains("No management actions about this target."), "{none}");
+    assert!(
+        none.contains("No management actions about this target."),
+        "{none}"
+    );
     let (status, bad) = page(&app, "/ui/audit?cluster=app&cursor=nonsense").await;
     assert_eq!(status, 400, "{bad}");
     assert!(bad.contains("cursor"), "{bad}");
@@ -671,7 +722,13 @@ async fn the_audit_page_lists_entries_and_the_node_page_links_them(store: Store)
 async fn xss_payloads_as_targets_and_reasons_render_only_escaped(store: Store) {
     let cluster = "c<script>alert(1)</script>";
     let batch = BatchBuilder::new(cluster, "10.0.0.1:2552", 1)
-        .member(1_000, EventBody::MemberUp, "10.0.0.1:2552", MemberStatus::Up, &[])
+        .member(
+            1_000,
+            EventBody::MemberUp,
+            "10.0.0.1:2552",
+            MemberStatus::Up,
+            &[],
+        )
         .sent_at(1_000)
         .build();
     store.ingest(&batch, now_ms()).await.expect("ingest");
@@ -701,7 +758,10 @@ async fn xss_payloads_as_targets_and_reasons_render_only_escaped(store: Store) {
             *shown |= body.contains(&hostile::escaped(entry["target"].as_str().unwrap()))
                 && body.contains(&hostile::escaped(entry["reason"].as_str().unwrap()));
         }
-        match body.split("<a href=\"/ui/audit?").find(|part| part.contains("older entries")) {
+        match body
+            .split("<a href=\"/ui/audit?")
+            .find(|part| part.contains("older entries"))
+        {
             Some(part) => {
                 let query = part.split('"').next().unwrap().replace("&#38;", "&");
                 let next = query.split("cursor=").nth(1).unwrap().to_owned();
@@ -716,7 +776,10 @@ async fn xss_payloads_as_targets_and_reasons_render_only_escaped(store: Store) {
         .filter(|(_, shown)| !**shown)
         .map(|(entry, _)| entry)
         .collect();
-    assert!(missing.is_empty(), "targets and reasons not shown escaped: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "targets and reasons not shown escaped: {missing:?}"
+    );
     // Each payload as the page's target filter: echoed escaped, its entry found.
     for p in payloads.iter().step_by(3) {
         let (status, body) = page(
@@ -726,7 +789,10 @@ async fn xss_payloads_as_targets_and_reasons_render_only_escaped(store: Store) {
         .await;
         assert_eq!(status, 200, "{p:?}");
         assert_inert(&body, &payloads);
-        assert!(body.contains(&hostile::escaped(p.trim())) || p.trim().is_empty(), "{p:?} echoed escaped");
+        assert!(
+            body.contains(&hostile::escaped(p.trim())) || p.trim().is_empty(),
+            "{p:?} echoed escaped"
+        );
     }
 }
 
@@ -760,11 +826,18 @@ async fn trail_of(
 fn assert_inert(page: &str, payloads: &[String]) {
     for p in payloads {
         if p.contains(['<', '>', '"', '\'']) {
-            assert!(!page.contains(p.as_str()), "payload {p:?} appears unescaped");
+            assert!(
+                !page.contains(p.as_str()),
+                "payload {p:?} appears unescaped"
+            );
         }
     }
     let lower = page.to_ascii_lowercase();
-    assert_eq!(lower.matches("<script").count(), 1, "only the dashboard's own script");
+    assert_eq!(
+        lower.matches("<script").count(),
+        1,
+        "only the dashboard's own script"
+    );
     assert!(!lower.contains("href=\"javascript"));
     assert!(!lower.contains("src=\"javascript"));
 }

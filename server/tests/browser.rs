@@ -538,7 +538,13 @@ async fn a_leave_through_the_management_api_appears_on_the_audit_page_in_chromiu
     seed.push(
         BatchBuilder::new(XSS_CLUSTER, "10.0.0.1:2552", 1)
             .sent_at(t)
-            .member(t, EventBody::MemberUp, "10.0.0.1:2552", MemberStatus::Up, &[])
+            .member(
+                t,
+                EventBody::MemberUp,
+                "10.0.0.1:2552",
+                MemberStatus::Up,
+                &[],
+            )
             .build(),
     );
     let xss_path = hostile::encoded(XSS_CLUSTER);

@@ -283,7 +283,7 @@ pub(crate) fn audit_filter(cluster: &str, query: &AuditQuery) -> Result<AuditFil
             ));
         }
         Some(written) => Some(cut(
-            &address::member(cluster, written).unwrap_or_else(|| written.to_owned()),
+            &address::member(cluster, written).unwrap_or_else(|| written.to_owned())
         )),
     };
     Ok(AuditFilter {

@@ -309,8 +309,8 @@ pub async fn put_member(
     };
     Ok(audited(&state, &req, asked, StatusCode::OK, async {
         state.tokens.require_admin(&req)?;
-        let operation = operation
-            .ok_or_else(|| ApiError::BadRequest("Operation not supported".to_owned()))?;
+        let operation =
+            operation.ok_or_else(|| ApiError::BadRequest("Operation not supported".to_owned()))?;
         operate(&state, &req, &cluster, &written, operation).await
     })
     .await?)

@@ -17,31 +17,29 @@
 
 use sqlx::FromRow;
 
-use super::{Backend, Store, StoreError};
-
 /// Refused entries kept per cluster (the newest).
 pub const MAX_REFUSED: i64 = 1_000;
 
-const INSERT: &str = "\
+pub(super) const INSERT: &str = "\
 INSERT INTO audit_entries (cluster_id, at_ms, token_id, action, target, outcome, status,
     reason, operation_id)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id";
 
 /// Deletes the refused entries of cluster `$1` older than its `$2` newest: the subquery finds
 /// the newest one beyond the bound (none, so nothing is deleted, while there are fewer).
-const PRUNE_REFUSED: &str = "\
+pub(super) const PRUNE_REFUSED: &str = "\
 DELETE FROM audit_entries WHERE cluster_id = $1 AND outcome = 'refused' AND id <= (
     SELECT id FROM audit_entries WHERE cluster_id = $1 AND outcome = 'refused'
     ORDER BY id DESC LIMIT 1 OFFSET $2)";
 
 /// [`PRUNE_REFUSED`] for the coordination scope (`$1` is the bound).
-const PRUNE_REFUSED_COORDINATION: &str = "\
+pub(super) const PRUNE_REFUSED_COORDINATION: &str = "\
 DELETE FROM audit_entries WHERE cluster_id IS NULL AND outcome = 'refused' AND id <= (
     SELECT id FROM audit_entries WHERE cluster_id IS NULL AND outcome = 'refused'
     ORDER BY id DESC LIMIT 1 OFFSET $1)";
 
 /// The entries with when their queued member operation was handed to an agent.
-const SELECT: &str = "\
+pub(super) const SELECT: &str = "\
 SELECT a.id, a.at_ms, a.token_id, a.action, a.target, a.outcome, a.status, a.reason,
     a.operation_id, o.delivered_ms
 FROM audit_entries a LEFT JOIN member_operations o ON o.id = a.operation_id
@@ -49,7 +47,7 @@ WHERE ";
 
 /// Retention of the coordination trail (the cluster trails go with their clusters' history,
 /// `sql::RETENTION`): `$1` cutoff, `$2` chunk.
-const RETENTION_COORDINATION: &str = "\
+pub(super) const RETENTION_COORDINATION: &str = "\
 DELETE FROM audit_entries WHERE id IN
     (SELECT id FROM audit_entries WHERE cluster_id IS NULL AND at_ms < $1 LIMIT $2)";
 
@@ -63,7 +61,7 @@ pub enum AuditScope {
 }
 
 impl AuditScope {
-    fn cluster_id(self) -> Option<i64> {
+    pub(super) fn cluster_id(self) -> Option<i64> {
         match self {
             Self::Cluster(id) => Some(id),
             Self::Coordination => None,
@@ -140,7 +138,7 @@ pub struct AuditRow {
     pub delivered_ms: Option<i64>,
 }
 
-/// Filters for [`Store::audit_entries`].
+/// Filters for `Store::audit_entries`.
 #[derive(Debug, Clone, Default)]
 pub struct AuditFilter {
     /// Only entries about this target.
@@ -149,93 +147,4 @@ pub struct AuditFilter {
     pub before: Option<(i64, i64)>,
     /// Page size.
     pub limit: i64,
-}
-
-impl Store {
-    /// Writes an audit entry in `scope` (then trims its refused entries to [`MAX_REFUSED`]);
-    /// returns its id.
-    pub async fn record_audit(
-        &self,
-        scope: AuditScope,
-        entry: &NewAuditEntry,
-    ) -> Result<i64, StoreError> {
-        let id: i64 = with_pool!(self, |pool| sqlx::query_scalar(INSERT)
-            .bind(scope.cluster_id())
-            .bind(entry.at_ms)
-            .bind(entry.token_id.as_str())
-            .bind(entry.action.as_str())
-            .bind(entry.target.as_str())
-            .bind(entry.outcome.as_str())
-            .bind(i64::from(entry.status))
-            .bind(entry.reason.as_str())
-            .bind(entry.operation_id)
-            .fetch_one(pool)
-            .await?);
-        if entry.outcome == AuditOutcome::Refused {
-            match scope {
-                AuditScope::Cluster(cluster_id) => with_pool!(self, |pool| sqlx::query(
-                    PRUNE_REFUSED
-                )
-                .bind(cluster_id)
-                .bind(MAX_REFUSED)
-                .execute(pool)
-                .await?
-                .rows_affected()),
-                AuditScope::Coordination => {
-                    with_pool!(self, |pool| sqlx::query(PRUNE_REFUSED_COORDINATION)
-                        .bind(MAX_REFUSED)
-                        .execute(pool)
-                        .await?
-                        .rows_affected())
-                }
-            };
-        }
-        Ok(id)
-    }
-
-    /// Deletes at most `chunk` coordination entries older than `cutoff_ms`; returns how many.
-    pub(crate) async fn delete_coordination_audit_older_than(
-        &self,
-        cutoff_ms: i64,
-        chunk: i64,
-    ) -> Result<u64, StoreError> {
-        Ok(with_pool!(self, |pool| sqlx::query(RETENTION_COORDINATION)
-            .bind(cutoff_ms)
-            .bind(chunk)
-            .execute(pool)
-            .await?
-            .rows_affected()))
-    }
-
-    /// One page of the audit entries of `scope`, newest (by server time) first.
-    pub async fn audit_entries(
-        &self,
-        scope: AuditScope,
-        filter: &AuditFilter,
-    ) -> Result<Vec<AuditRow>, StoreError> {
-        Ok(with_pool!(self, |pool| {
-            let mut q = sqlx::QueryBuilder::new(SELECT);
-            match scope {
-                AuditScope::Cluster(cluster_id) => {
-                    q.push("a.cluster_id = ").push_bind(cluster_id);
-                }
-                AuditScope::Coordination => {
-                    q.push("a.cluster_id IS NULL");
-                }
-            }
-            if let Some(target) = &filter.target {
-                q.push(" AND a.target = ").push_bind(target.clone());
-            }
-            if let Some((at_ms, id)) = filter.before {
-                q.push(" AND (a.at_ms, a.id) < (")
-                    .push_bind(at_ms)
-                    .push(", ")
-                    .push_bind(id)
-                    .push(")");
-            }
-            q.push(" ORDER BY a.at_ms DESC, a.id DESC LIMIT ")
-                .push_bind(filter.limit);
-            q.build_query_as().fetch_all(pool).await?
-        }))
-    }
 }

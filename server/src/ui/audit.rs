@@ -35,15 +35,17 @@ fn view(ctx: &Context, row: &AuditRow, nodes: &[String]) -> AuditView {
             &[("cluster", ctx.cluster_name()), ("target", &row.target)],
         ),
         node_href: nodes
-            .iter()
-            .any(|n| *n == row.target)
+            .contains(&row.target)
             .then(|| ctx.node_href(&row.target)),
         target: row.target.clone(),
         outcome_class: outcome_class(outcome(row)),
         outcome: outcome(row).to_owned(),
         status: row.status,
         reason: row.reason.clone(),
-        operation: row.operation_id.map(|id| id.to_string()).unwrap_or_default(),
+        operation: row
+            .operation_id
+            .map(|id| id.to_string())
+            .unwrap_or_default(),
     }
 }
 
@@ -59,8 +61,12 @@ async fn build(state: &AppState, req: &HttpRequest) -> Result<AuditPage, UiError
     let query: AuditQuery = page::query(req)?;
     let ctx = Context::load(state, query.cluster.as_deref()).await?;
     let target = query.target.clone().unwrap_or_default();
-    let before = parse_cursor(query.cursor.as_deref().filter(|c| !c.is_empty()))
-        .map_err(|_| UiError::BadRequest("This page's `cursor` is not one an “older entries” link gave; start from the newest.".to_owned()))?;
+    let before = parse_cursor(query.cursor.as_deref().filter(|c| !c.is_empty())).map_err(|_| {
+        UiError::BadRequest(
+            "This page's `cursor` is not one an “older entries” link gave; start from the newest."
+                .to_owned(),
+        )
+    })?;
     let cluster_name = ctx.cluster_name().to_owned();
     let mut page = AuditPage {
         layout: ctx.layout(Section::Audit, "Audit"),
@@ -110,7 +116,14 @@ async fn build(state: &AppState, req: &HttpRequest) -> Result<AuditPage, UiError
         .into_iter()
         .map(|m| m.address)
         .collect();
-    nodes.extend(state.store.agents(cluster.id).await?.into_iter().map(|a| a.node));
+    nodes.extend(
+        state
+            .store
+            .agents(cluster.id)
+            .await?
+            .into_iter()
+            .map(|a| a.node),
+    );
     if rows.len() as i64 == ROWS
         && let Some(last) = rows.last()
     {
