@@ -81,7 +81,7 @@ pub fn configure(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
                         resource("/clusters/{cluster}/audit", "GET").route(get().to(audit::list)),
                     )
                     .service(
-                        resource("/coordination/audit", "GET")
+                        resource("/audit/coordination", "GET")
                             .route(get().to(audit::list_coordination)),
                     )
                     .service(

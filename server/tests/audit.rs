@@ -322,7 +322,7 @@ async fn coordination_evictions_and_releases_are_recorded_in_their_own_trail(sto
     .await;
     assert_eq!(status, 401);
 
-    let (status, all) = send(&app, TestRequest::get().uri("/api/v1/coordination/audit")).await;
+    let (status, all) = send(&app, TestRequest::get().uri("/api/v1/audit/coordination")).await;
     assert_eq!(status, 200, "{all}");
     let seen: Vec<(&str, &str, &str, &str, u64, &str)> = all["entries"]
         .as_array()
@@ -382,7 +382,7 @@ async fn coordination_evictions_and_releases_are_recorded_in_their_own_trail(sto
     // Filtered by target; the cluster's own trail holds none of them.
     let (_, one) = send(
         &app,
-        TestRequest::get().uri("/api/v1/coordination/audit?target=10.0.0.1:2552"),
+        TestRequest::get().uri("/api/v1/audit/coordination?target=10.0.0.1:2552"),
     )
     .await;
     assert_eq!(one["entries"].as_array().unwrap().len(), 1, "{one}");

@@ -1,4 +1,4 @@
-//! `GET /api/v1/clusters/{cluster}/audit` and `GET /api/v1/coordination/audit`: the audit trail
+//! `GET /api/v1/clusters/{cluster}/audit` and `GET /api/v1/audit/coordination`: the audit trail
 //! of management actions, and the recording of them by the routes that take them (`members`,
 //! `management`, `directory`, `leases`).
 //!
@@ -325,9 +325,9 @@ fn answer(rows: Vec<AuditRow>, limit: i64) -> HttpResponse {
 }
 
 /// The audit trail of coordination removals (evict a host, release a claim or a lease;
-/// accepted, refused or failed), newest first. It needs no coordination token, as the cluster
-/// trails need none: entries hold token ids, never tokens.
-#[utoipa::path(get, path = "/api/v1/coordination/audit", operation_id = "listCoordinationAuditEntries", tag = "audit",
+/// accepted, refused or failed), newest first. Read like the cluster trails (the viewer
+/// credential when one is set), not with the coordination token.
+#[utoipa::path(get, path = "/api/v1/audit/coordination", operation_id = "listCoordinationAuditEntries", tag = "audit",
     params(AuditQuery),
     responses((status = 200, body = AuditPage),
               (status = 400, description = "An empty target, a bad cursor or limit", body = ErrorBody),
