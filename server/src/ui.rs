@@ -16,6 +16,7 @@
 mod audit;
 mod dead_letters;
 mod events;
+mod map;
 mod node;
 mod overview;
 mod page;
@@ -39,6 +40,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/ui/dead-letters", web::get().to(dead_letters::page))
         .route("/ui/audit", web::get().to(audit::page))
         .route("/ui/node", web::get().to(node::page))
+        .route("/ui/map", web::get().to(map::fragment))
         .route("/ui/assets/{name}", web::get().to(asset));
 }
 
