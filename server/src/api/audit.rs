@@ -61,6 +61,16 @@ pub(crate) fn member_action(operation: Option<troupe_protocol::OperationKind>) -
     }
 }
 
+/// The target an entry names for `written` in cluster `cluster`: a full address of its system
+/// as the member's `host:port` (one trailing `/` dropped), anything else as written.
+pub(crate) fn target_of(cluster: &str, written: &str) -> String {
+    let candidates = address::candidates(cluster, written);
+    candidates
+        .last()
+        .cloned()
+        .unwrap_or_else(|| written.to_owned())
+}
+
 fn cut(text: &str) -> String {
     let mut end = text.len().min(MAX_TEXT);
     while !text.is_char_boundary(end) {
@@ -99,8 +109,7 @@ pub(crate) async fn audited<T>(
             at_ms,
             token_id: state.tokens.admin_caller(req),
             action: asked.action.to_owned(),
-            target: cut(&address::member(&cluster.name, asked.target)
-                .unwrap_or_else(|| asked.target.to_owned())),
+            target: cut(&target_of(&cluster.name, asked.target)),
             outcome,
             status: status.as_u16(),
             reason,
@@ -282,9 +291,7 @@ pub(crate) fn audit_filter(cluster: &str, query: &AuditQuery) -> Result<AuditFil
                 "`target` must not be empty; leave it out for every target".to_owned(),
             ));
         }
-        Some(written) => Some(cut(
-            &address::member(cluster, written).unwrap_or_else(|| written.to_owned())
-        )),
+        Some(written) => Some(cut(&target_of(cluster, written))),
     };
     Ok(AuditFilter {
         target,

@@ -99,9 +99,7 @@ async fn build(state: &AppState, req: &HttpRequest) -> Result<AuditPage, UiError
         return Ok(page);
     };
     let filter = AuditFilter {
-        target: (!target.is_empty()).then(|| {
-            crate::address::member(&cluster.name, &target).unwrap_or_else(|| target.clone())
-        }),
+        target: (!target.is_empty()).then(|| crate::api::audit::target_of(&cluster.name, &target)),
         before,
         limit: ROWS,
     };
