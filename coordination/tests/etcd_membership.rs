@@ -82,8 +82,9 @@ async fn members_join_age_out_leave_and_a_deleted_key_fences_its_node() {
         nodes.push(start(&network, &prefix, port).await);
     }
     for node in &nodes {
+        // The membership view and the health watch are updated by separate tasks: wait for both.
         wait_for("all four up everywhere", Duration::from_secs(10), || {
-            up(node) == [1, 2, 3, 4]
+            up(node) == [1, 2, 3, 4] && *node.health.borrow() == MembershipHealth::Up
         })
         .await;
         assert_eq!(node.cluster.leader(), Some(nodes[0].node.address.clone()));
