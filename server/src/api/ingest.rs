@@ -190,6 +190,28 @@ fn escapes_nul(json: &[u8]) -> bool {
     false
 }
 
+/// The JSON path (`events[3].member.address`, as the length check names fields) of the first
+/// string of `value` that holds a NUL.
+fn nul_path(value: &serde_json::Value, path: String) -> Option<String> {
+    use serde_json::Value;
+    match value {
+        Value::String(text) => text.contains('\0').then_some(path),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, item)| nul_path(item, format!("{path}[{i}]"))),
+        Value::Object(fields) => fields.iter().find_map(|(name, field)| {
+            let at = if path.is_empty() {
+                name.clone()
+            } else {
+                format!("{path}.{name}")
+            };
+            nul_path(field, at)
+        }),
+        _ => None,
+    }
+}
+
 /// Parses and validates a batch.
 pub(crate) fn parse(body: &[u8]) -> Result<ReportBatch, ApiError> {
     if body.is_empty() {
@@ -237,9 +259,13 @@ pub(crate) fn parse(body: &[u8]) -> Result<ReportBatch, ApiError> {
     // stored is the batch as parsed (fields this server does not know are not kept), so that
     // is what is checked.
     if serde_json::to_vec(&batch).is_ok_and(|json| escapes_nul(&json)) {
-        return Err(ApiError::BadRequest(
-            "strings must not contain NUL (\\u0000)".to_owned(),
-        ));
+        let field = serde_json::to_value(&batch)
+            .ok()
+            .and_then(|value| nul_path(&value, String::new()))
+            .unwrap_or_else(|| "a string".to_owned());
+        return Err(ApiError::BadRequest(format!(
+            "{field} contains NUL (\\u0000); strings must not contain NUL"
+        )));
     }
     let truncated = troupe_protocol::limits::enforce(&mut batch)
         .map_err(|too_long| ApiError::BadRequest(format!("field too long: {too_long}")))?;
@@ -256,7 +282,7 @@ pub(crate) fn parse(body: &[u8]) -> Result<ReportBatch, ApiError> {
 
 #[cfg(test)]
 mod tests {
-    use super::escapes_nul;
+    use super::{escapes_nul, nul_path};
 
     #[test]
     fn an_escaped_nul_is_found_and_the_text_backslash_u0000_is_not_one() {
@@ -264,5 +290,21 @@ mod tests {
         assert!(escapes_nul(br#"{"a":"\\\u0000"}"#));
         assert!(!escapes_nul(br#"{"a":"\\u0000"}"#));
         assert!(!escapes_nul(br#"{"a":"u0000"}"#));
+    }
+
+    #[test]
+    fn the_field_holding_a_nul_is_named_by_its_json_path() {
+        let value = serde_json::json!({
+            "identity": {"cluster": "c", "node": "n"},
+            "events": [{"kind": "x"}, {"member": {"roles": ["ok", "a\u{0}b"]}}],
+        });
+        assert_eq!(
+            nul_path(&value, String::new()).as_deref(),
+            Some("events[1].member.roles[1]")
+        );
+        assert_eq!(
+            nul_path(&serde_json::json!({"a": "b"}), String::new()),
+            None
+        );
     }
 }

@@ -17,7 +17,8 @@
 //! the cluster that reports (as on `/api/v1`); the 200 answer means accepted, as Akka's does.
 //! Joining (`POST /cluster/members`) is not possible from outside the cluster: 405.
 //!
-//! Addresses are the full `troupe://<cluster>@host:port`; `nodeUid` is a string. Member
+//! Addresses are the full `troupe://<cluster>@host:port` (in a path, the address's exact
+//! spelling percent-encoded: see `crate::address`); `nodeUid` is a string. Member
 //! operations need the admin token and `--enable-member-operations`, as on `/api/v1`; every
 //! error answer here is Akka's `{"message": "…"}`.
 
@@ -217,14 +218,18 @@ async fn find_member(
 ) -> Result<(ClusterRow, MemberRow), ManagementError> {
     let not_found = || ManagementError(ApiError::NotFound(format!("Member [{written}] not found")));
     let cluster = find_cluster(state, cluster).await?;
-    let address = member_address(&cluster.name, written).map_err(|_| not_found())?;
-    let row = state
+    let rows: Vec<MemberRow> = state
         .store
         .members(cluster.id)
         .await
         .map_err(ApiError::from)?
         .into_iter()
-        .find(|m| m.address == address && m.status != "removed")
+        .filter(|m| m.status != "removed")
+        .collect();
+    let address = member_address(&cluster, &rows, written).map_err(|_| not_found())?;
+    let row = rows
+        .into_iter()
+        .find(|m| m.address == address)
         .ok_or_else(not_found)?;
     Ok((cluster, row))
 }
@@ -232,7 +237,7 @@ async fn find_member(
 /// One member (Akka's `GET /cluster/members/{address}`).
 #[utoipa::path(get, path = "/management/{cluster}/cluster/members/{address}", operation_id = "getClusterMember", tag = "management",
     params(("cluster" = String, Path, description = "Cluster key, or a name only one cluster has (409 when several share it; see getCluster)"),
-           ("address" = String, Path, description = "`troupe://<cluster>@host:port` (raw or percent-encoded) or `host:port`")),
+           ("address" = String, Path, description = "`troupe://<cluster>@host:port` or `host:port`, percent-encoded: the address's exact spelling as reported (`/` as `%2F`, `%` as `%25`, `?` as `%3F`, `#` as `%23`, a space as `%20`; nothing is trimmed)")),
     responses((status = 200, body = ClusterMember),
               (status = 404, description = "No such cluster or member", body = ManagementMessage),
               (status = 503, description = "Store unavailable; retry", body = ManagementMessage)))]
@@ -272,7 +277,7 @@ async fn operate(
 /// Down or leave a member (Akka's `PUT /cluster/members/{address}`, form `operation`).
 #[utoipa::path(put, path = "/management/{cluster}/cluster/members/{address}", operation_id = "operateClusterMember", tag = "management",
     params(("cluster" = String, Path, description = "Cluster key, or a name only one cluster has (409 when several share it; see getCluster)"),
-           ("address" = String, Path, description = "`troupe://<cluster>@host:port` (raw or percent-encoded) or `host:port`")),
+           ("address" = String, Path, description = "`troupe://<cluster>@host:port` or `host:port`, percent-encoded: the address's exact spelling as reported (`/` as `%2F`, `%` as `%25`, `?` as `%3F`, `#` as `%23`, a space as `%20`; nothing is trimmed)")),
     request_body(content = ManagementOperation, content_type = "application/x-www-form-urlencoded"),
     responses((status = 200, description = "Accepted: the next agent of the cluster to report carries it out", body = ManagementMessage),
               (status = 400, description = "Not `Down` or `Leave`", body = ManagementMessage),
@@ -303,7 +308,7 @@ pub async fn put_member(
 /// Leave (Akka's `DELETE /cluster/members/{address}`).
 #[utoipa::path(delete, path = "/management/{cluster}/cluster/members/{address}", operation_id = "leaveClusterMember", tag = "management",
     params(("cluster" = String, Path, description = "Cluster key, or a name only one cluster has (409 when several share it; see getCluster)"),
-           ("address" = String, Path, description = "`troupe://<cluster>@host:port` (raw or percent-encoded) or `host:port`")),
+           ("address" = String, Path, description = "`troupe://<cluster>@host:port` or `host:port`, percent-encoded: the address's exact spelling as reported (`/` as `%2F`, `%` as `%25`, `?` as `%3F`, `#` as `%23`, a space as `%20`; nothing is trimmed)")),
     responses((status = 200, description = "Accepted: the next agent of the cluster to report carries it out", body = ManagementMessage),
               (status = 401, description = "Missing or wrong admin token", body = ManagementMessage),
               (status = 403, description = "Member operations are off (`--enable-member-operations`)", body = ManagementMessage),

@@ -143,13 +143,21 @@ async fn load(
     Ok((members_dto(cluster, &rows, &agents, include_removed), rows))
 }
 
-/// The `host:port` a member path parameter names in `cluster`, or 404.
-pub(crate) fn member_address(cluster: &str, written: &str) -> Result<String, ApiError> {
-    address::member(cluster, written).ok_or_else(|| {
-        ApiError::NotFound(format!(
-            "no member `{written}` in `{cluster}` (give `host:port` or `troupe://{cluster}@host:port`)"
-        ))
-    })
+/// The stored address a member path parameter names in `cluster` (see [`address`]: its exact
+/// spelling, or the full `troupe://<cluster>@…` form), or 404.
+pub(crate) fn member_address(
+    cluster: &ClusterRow,
+    rows: &[MemberRow],
+    written: &str,
+) -> Result<String, ApiError> {
+    address::resolve(&cluster.name, written, rows.iter().map(|m| m.address.as_str()))
+        .map(str::to_owned)
+        .ok_or_else(|| {
+            ApiError::NotFound(format!(
+                "no member `{written}` in `{}` (give its address as reported, `host:port`, or `troupe://{}@host:port`, percent-encoding `/`, `%`, `?`, `#` and spaces)",
+                cluster.cluster_key, cluster.name
+            ))
+        })
 }
 
 /// The members of a cluster as last reported.
@@ -173,7 +181,7 @@ pub async fn list(
 /// One member, 404 if unknown.
 #[utoipa::path(get, path = "/api/v1/clusters/{cluster}/members/{address}", operation_id = "getMember", tag = "members",
     params(("cluster" = String, Path, description = "Cluster key, or a name only one cluster has (409 when several share it; see getCluster)"),
-           ("address" = String, Path, description = "Member address: `host:port`, or the full `troupe://<cluster>@host:port` (raw or percent-encoded)")),
+           ("address" = String, Path, description = "Member address, percent-encoded: its exact spelling as reported (`host:port`; `/` as `%2F`, `%` as `%25`, `?` as `%3F`, `#` as `%23`, a space as `%20`; nothing is trimmed), or the full `troupe://<cluster>@host:port`")),
     responses((status = 200, body = MemberDto),
               (status = 404, description = "No such cluster or member", body = ErrorBody),
               (status = 503, description = "Store unavailable; retry", body = ErrorBody)))]
@@ -183,8 +191,8 @@ pub async fn one(
 ) -> Result<HttpResponse, ApiError> {
     let (cluster, written) = path.into_inner();
     let cluster = find_cluster(&state, &cluster).await?;
-    let address = member_address(&cluster.name, &written)?;
-    let (members, _) = load(&state, &cluster, true).await?;
+    let (members, rows) = load(&state, &cluster, true).await?;
+    let address = member_address(&cluster, &rows, &written)?;
     let member = members
         .members
         .into_iter()
@@ -235,13 +243,8 @@ pub(crate) async fn queue_operation(
         ));
     }
     let cluster_row = find_cluster(state, cluster).await?;
-    let address = member_address(&cluster_row.name, written)?;
     let rows = state.store.members(cluster_row.id).await?;
-    if !rows.iter().any(|m| m.address == address) {
-        return Err(ApiError::NotFound(format!(
-            "no member `{written}` in `{cluster}`"
-        )));
-    }
+    let address = member_address(&cluster_row, &rows, written)?;
     let id = state
         .store
         .request_operation(cluster_row.id, &address, operation, now_ms())
@@ -276,7 +279,7 @@ async fn queue(
 /// `--enable-member-operations`.
 #[utoipa::path(put, path = "/api/v1/clusters/{cluster}/members/{address}", operation_id = "operateMember", tag = "members",
     params(("cluster" = String, Path, description = "Cluster key, or a name only one cluster has (409 when several share it; see getCluster)"),
-           ("address" = String, Path, description = "Member address: `host:port`, or the full `troupe://<cluster>@host:port` (raw or percent-encoded)")),
+           ("address" = String, Path, description = "Member address, percent-encoded: its exact spelling as reported (`host:port`; `/` as `%2F`, `%` as `%25`, `?` as `%3F`, `#` as `%23`, a space as `%20`; nothing is trimmed), or the full `troupe://<cluster>@host:port`")),
     request_body(content(
         (OperationRequest = "application/x-www-form-urlencoded"),
         (OperationRequest = "application/json"))),
@@ -318,7 +321,7 @@ pub async fn operate(
 /// Asks a member to leave; needs the admin token and `--enable-member-operations`.
 #[utoipa::path(delete, path = "/api/v1/clusters/{cluster}/members/{address}", operation_id = "leaveMember", tag = "members",
     params(("cluster" = String, Path, description = "Cluster key, or a name only one cluster has (409 when several share it; see getCluster)"),
-           ("address" = String, Path, description = "Member address: `host:port`, or the full `troupe://<cluster>@host:port` (raw or percent-encoded)")),
+           ("address" = String, Path, description = "Member address, percent-encoded: its exact spelling as reported (`host:port`; `/` as `%2F`, `%` as `%25`, `?` as `%3F`, `#` as `%23`, a space as `%20`; nothing is trimmed), or the full `troupe://<cluster>@host:port`")),
     responses((status = 202, description = "Queued: the next agent of the cluster to report carries it out", body = OperationAccepted),
               (status = 401, description = "Missing or wrong admin token (or none configured)", body = ErrorBody),
               (status = 403, description = "Member operations are off (`--enable-member-operations`)", body = ErrorBody),
