@@ -264,6 +264,9 @@ impl App {
                 state.shutdown.clone(),
             ))
         });
+        // The coming days' partitions, made well before their first row (PostgreSQL only).
+        let partitions = (state.store.backend() == crate::store::BackendKind::Postgres)
+            .then(|| tokio::spawn(partition_loop(state.store.clone(), state.shutdown.clone())));
         // Streams here see what other replicas store as soon as it commits.
         let listener = state.store.postgres_pool().map(|pool| {
             tokio::spawn(crate::live::listen(
@@ -284,6 +287,9 @@ impl App {
         let served = server_task.await.map_err(std::io::Error::other)?;
         if let Some(retention) = retention {
             retention.abort();
+        }
+        if let Some(partitions) = partitions {
+            partitions.abort();
         }
         if let Some(listener) = listener {
             listener.abort();
@@ -318,7 +324,30 @@ async fn signal() -> &'static str {
     "Ctrl-C"
 }
 
-/// Deletes expired history every minute, a chunk at a time.
+/// Makes the coming days' history partitions every hour (the store made them at connect
+/// too), so a server running for weeks never meets a day without one.
+async fn partition_loop(store: Store, mut shutdown: watch::Receiver<bool>) {
+    let mut every = tokio::time::interval(Duration::from_secs(3600));
+    loop {
+        tokio::select! {
+            _ = every.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        match store.make_partitions(now_ms()).await {
+            Ok(made) if !made.is_empty() => {
+                tracing::info!(?made, "made history partitions ahead of time");
+            }
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(%error, "making history partitions failed; retrying in an hour");
+            }
+        }
+    }
+}
+
+/// Ages history out every minute: whole expired day partitions are dropped (PostgreSQL),
+/// then the remaining expired rows are deleted a chunk at a time (everything on SQLite; the
+/// default partitions, rollups and batch markers on PostgreSQL).
 async fn retention_loop(store: Store, keep: Duration, mut shutdown: watch::Receiver<bool>) {
     let mut every = tokio::time::interval(Duration::from_secs(60));
     loop {
@@ -327,6 +356,15 @@ async fn retention_loop(store: Store, keep: Duration, mut shutdown: watch::Recei
             _ = shutdown.changed() => return,
         }
         let cutoff = now_ms() - keep.as_millis() as i64;
+        match store.drop_expired_partitions(cutoff).await {
+            Ok(dropped) if !dropped.is_empty() => {
+                tracing::info!(?dropped, "retention dropped expired history partitions");
+            }
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(%error, "dropping expired partitions failed; retrying in a minute");
+            }
+        }
         loop {
             match store.delete_older_than(cutoff, RETENTION_CHUNK).await {
                 Ok(deleted) if deleted > 0 => {

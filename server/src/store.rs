@@ -20,6 +20,7 @@ mod audit;
 mod error;
 mod ingest;
 mod model;
+mod partitions;
 mod postgres;
 mod rows;
 mod sql;
@@ -43,6 +44,7 @@ pub use model::{
     MemberRow, MinuteCount, RouterRow, SILENT_HEALTH, SingletonRow, StreamDeadLetterRow,
     StreamPosition, Totals, current_incarnations, string_list,
 };
+pub use partitions::{DAYS_AHEAD, DayPartition, LOCK_TIMEOUT, PARTITIONED_TABLES, partition_name};
 
 /// Runs `$body` with `$pool` bound to the backend's pool; the body is compiled once per backend.
 macro_rules! with_pool {
@@ -161,6 +163,8 @@ impl Store {
             .connect_with(options)
             .await?;
         POSTGRES_MIGRATIONS.run(&pool).await?;
+        // Before the first batch: every row of today finds its partition.
+        partitions::make(&pool, chrono::Utc::now().timestamp_millis()).await?;
         Ok(Self::with_backend(Backend::Postgres(pool)))
     }
 
@@ -438,33 +442,9 @@ impl Store {
         cluster_id: i64,
         filter: &EventFilter,
     ) -> Result<Vec<EventRow>, StoreError> {
-        let mut kinds = filter.kinds.clone();
-        kinds.sort();
-        kinds.dedup();
         Ok(with_pool!(self, |pool| {
             let mut q = sqlx::QueryBuilder::new("");
-            match kinds.as_slice() {
-                // One range of the time, kind, subject or (subject, kind) index.
-                kinds if kinds.len() <= 1 => {
-                    push_events_page(&mut q, cluster_id, filter, kinds);
-                }
-                // One range of the kind (or subject and kind) index per kind, merged: an IN
-                // list would make the database walk the time (or subject) index past every
-                // event of other kinds.
-                kinds => {
-                    q.push("SELECT * FROM (");
-                    for (i, kind) in kinds.iter().enumerate() {
-                        if i > 0 {
-                            q.push(" UNION ALL ");
-                        }
-                        q.push("SELECT * FROM (");
-                        push_events_page(&mut q, cluster_id, filter, std::slice::from_ref(kind));
-                        q.push(format!(") AS k{i}"));
-                    }
-                    q.push(") AS u ORDER BY at_ms DESC, id DESC LIMIT ")
-                        .push_bind(filter.limit);
-                }
-            }
+            push_events_query(&mut q, cluster_id, filter);
             q.build_query_as().fetch_all(pool).await?
         }))
     }
@@ -476,20 +456,62 @@ impl Store {
         filter: &DeadLetterFilter,
     ) -> Result<Vec<DeadLetterRow>, StoreError> {
         Ok(with_pool!(self, |pool| {
-            let mut q = sqlx::QueryBuilder::new(sql::DEAD_LETTERS_SELECT);
-            q.push_bind(cluster_id);
-            push_dead_letter_filter(&mut q, filter);
-            if let Some((at_ms, id)) = filter.before {
-                q.push(" AND (d.at_ms, d.id) < (")
-                    .push_bind(at_ms)
-                    .push(", ")
-                    .push_bind(id)
-                    .push(")");
-            }
-            q.push(" ORDER BY d.at_ms DESC, d.id DESC LIMIT ")
-                .push_bind(filter.limit);
+            let mut q = sqlx::QueryBuilder::new("");
+            push_dead_letters_query(&mut q, cluster_id, filter);
             q.build_query_as().fetch_all(pool).await?
         }))
+    }
+
+    /// PostgreSQL's plan (`EXPLAIN`, one line per row) for the events page [`Store::events`]
+    /// reads with `filter`: which partitions it scans. `None` on SQLite.
+    pub async fn explain_events(
+        &self,
+        cluster_id: i64,
+        filter: &EventFilter,
+    ) -> Result<Option<String>, StoreError> {
+        let Backend::Postgres(pool) = &self.backend else {
+            return Ok(None);
+        };
+        let mut q = sqlx::QueryBuilder::new("EXPLAIN ");
+        push_events_query(&mut q, cluster_id, filter);
+        let lines: Vec<String> = q.build_query_scalar().fetch_all(pool).await?;
+        Ok(Some(lines.join("\n")))
+    }
+
+    /// Like [`Store::explain_events`], for the dead letters page [`Store::dead_letters`].
+    pub async fn explain_dead_letters(
+        &self,
+        cluster_id: i64,
+        filter: &DeadLetterFilter,
+    ) -> Result<Option<String>, StoreError> {
+        let Backend::Postgres(pool) = &self.backend else {
+            return Ok(None);
+        };
+        let mut q = sqlx::QueryBuilder::new("EXPLAIN ");
+        push_dead_letters_query(&mut q, cluster_id, filter);
+        let lines: Vec<String> = q.build_query_scalar().fetch_all(pool).await?;
+        Ok(Some(lines.join("\n")))
+    }
+
+    /// Like [`Store::explain_events`], for [`Store::depth_ticks`] over `[since_ms, until_ms)`.
+    pub async fn explain_depth_ticks(
+        &self,
+        cluster_id: i64,
+        since_ms: i64,
+        until_ms: i64,
+        limit: i64,
+    ) -> Result<Option<String>, StoreError> {
+        let Backend::Postgres(pool) = &self.backend else {
+            return Ok(None);
+        };
+        let lines: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN {}", sql::DEPTH_TICKS))
+            .bind(cluster_id)
+            .bind(since_ms)
+            .bind(until_ms)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?;
+        Ok(Some(lines.join("\n")))
     }
 
     /// Dead letters per minute over the filter's time range (whole minutes), oldest first.
@@ -642,10 +664,18 @@ impl Store {
 
     /// Deletes history older than `cutoff_ms`, at most `chunk` rows per table and call, so
     /// that ingest never waits long behind it. Returns the rows deleted.
+    ///
+    /// On PostgreSQL this deletes only from the default partitions (rows of days without a
+    /// partition), the per-minute rollups and the batch markers: whole days of history go
+    /// with [`Store::drop_expired_partitions`].
     pub async fn delete_older_than(&self, cutoff_ms: i64, chunk: i64) -> Result<u64, StoreError> {
+        let statements = match self.backend {
+            Backend::Postgres(_) => partitions::RETENTION,
+            Backend::Sqlite(_) => sql::RETENTION,
+        };
         let mut deleted = 0;
         for cluster in self.clusters().await? {
-            for statement in sql::RETENTION {
+            for statement in statements {
                 deleted += with_pool!(self, |pool| sqlx::query(statement)
                     .bind(cutoff_ms)
                     .bind(chunk)
@@ -660,6 +690,95 @@ impl Store {
             .await?;
         Ok(deleted)
     }
+}
+
+impl Store {
+    /// Makes the missing day partitions of the history, from yesterday to [`DAYS_AHEAD`] days
+    /// after the day of `now_ms` (PostgreSQL; nothing on SQLite). Returns the names made.
+    /// The store does this when it connects; the server again every hour.
+    pub async fn make_partitions(&self, now_ms: i64) -> Result<Vec<String>, StoreError> {
+        match &self.backend {
+            Backend::Postgres(pool) => partitions::make(pool, now_ms).await,
+            Backend::Sqlite(_) => Ok(Vec::new()),
+        }
+    }
+
+    /// Detaches and drops the day partitions that end at or before `cutoff_ms` (PostgreSQL;
+    /// nothing on SQLite, where [`Store::delete_older_than`] deletes the rows). Returns the
+    /// names dropped.
+    pub async fn drop_expired_partitions(&self, cutoff_ms: i64) -> Result<Vec<String>, StoreError> {
+        match &self.backend {
+            Backend::Postgres(pool) => partitions::drop_expired(pool, cutoff_ms).await,
+            Backend::Sqlite(_) => Ok(Vec::new()),
+        }
+    }
+
+    /// The day partitions of the history tables, by table then day (none on SQLite).
+    pub async fn day_partitions(&self) -> Result<Vec<DayPartition>, StoreError> {
+        match &self.backend {
+            Backend::Postgres(pool) => partitions::list(pool).await,
+            Backend::Sqlite(_) => Ok(Vec::new()),
+        }
+    }
+}
+
+/// The events page query for `filter`, pushed after what `q` holds.
+fn push_events_query<DB: sqlx::Database>(
+    q: &mut sqlx::QueryBuilder<'_, DB>,
+    cluster_id: i64,
+    filter: &EventFilter,
+) where
+    String: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    i64: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+{
+    let mut kinds = filter.kinds.clone();
+    kinds.sort();
+    kinds.dedup();
+    match kinds.as_slice() {
+        // One range of the time, kind, subject or (subject, kind) index.
+        kinds if kinds.len() <= 1 => {
+            push_events_page(q, cluster_id, filter, kinds);
+        }
+        // One range of the kind (or subject and kind) index per kind, merged: an IN
+        // list would make the database walk the time (or subject) index past every
+        // event of other kinds.
+        kinds => {
+            q.push("SELECT * FROM (");
+            for (i, kind) in kinds.iter().enumerate() {
+                if i > 0 {
+                    q.push(" UNION ALL ");
+                }
+                q.push("SELECT * FROM (");
+                push_events_page(q, cluster_id, filter, std::slice::from_ref(kind));
+                q.push(format!(") AS k{i}"));
+            }
+            q.push(") AS u ORDER BY at_ms DESC, id DESC LIMIT ")
+                .push_bind(filter.limit);
+        }
+    }
+}
+
+/// The dead letters page query for `filter`, pushed after what `q` holds.
+fn push_dead_letters_query<DB: sqlx::Database>(
+    q: &mut sqlx::QueryBuilder<'_, DB>,
+    cluster_id: i64,
+    filter: &DeadLetterFilter,
+) where
+    String: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    i64: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+{
+    q.push(sql::DEAD_LETTERS_SELECT);
+    q.push_bind(cluster_id);
+    push_dead_letter_filter(q, filter);
+    if let Some((at_ms, id)) = filter.before {
+        q.push(" AND (d.at_ms, d.id) < (")
+            .push_bind(at_ms)
+            .push(", ")
+            .push_bind(id)
+            .push(")");
+    }
+    q.push(" ORDER BY d.at_ms DESC, d.id DESC LIMIT ")
+        .push_bind(filter.limit);
 }
 
 /// One page of events (of any of `kinds`, or all when empty), newest first.

@@ -248,6 +248,8 @@ SELECT (SELECT COUNT(*) FROM batches), (SELECT COUNT(*) FROM events),
 // --- retention: each takes ($1 cutoff_ms, $2 chunk, $3 cluster_id) ---
 
 /// Per cluster, so the deletes find expired rows through the (cluster_id, at_ms) indexes.
+/// SQLite runs all six; PostgreSQL the last three, its history going by whole day partitions
+/// (`partitions::RETENTION`).
 pub(crate) const RETENTION: [&str; 6] = [
     "DELETE FROM events WHERE id IN
         (SELECT id FROM events WHERE cluster_id = $3 AND at_ms < $1 LIMIT $2)",
