@@ -666,8 +666,8 @@ impl Store {
     /// that ingest never waits long behind it. Returns the rows deleted.
     ///
     /// On PostgreSQL this deletes only from the default partitions (rows of days without a
-    /// partition), the per-minute rollups and the batch markers: whole days of history go
-    /// with [`Store::drop_expired_partitions`].
+    /// partition), the per-minute rollups, the batch markers and the audit trail: whole days
+    /// of history go with [`Store::drop_expired_partitions`].
     pub async fn delete_older_than(&self, cutoff_ms: i64, chunk: i64) -> Result<u64, StoreError> {
         let statements = match self.backend {
             Backend::Postgres(_) => partitions::RETENTION,
