@@ -110,8 +110,10 @@ fn fits(schemas: &Value, schema: &Value, value: &Value) -> bool {
             return false;
         }
     }
-    if let (Some(kinds), Some(kind)) = (schema["properties"]["kind"]["enum"].as_array(), value["kind"].as_str())
-        && !kinds.iter().any(|k| k == kind)
+    if let (Some(kinds), Some(kind)) = (
+        schema["properties"]["kind"]["enum"].as_array(),
+        value["kind"].as_str(),
+    ) && !kinds.iter().any(|k| k == kind)
     {
         return false;
     }
@@ -162,7 +164,15 @@ fn walk(
                         } else {
                             format!("{path}.{property}")
                         };
-                        walk(schemas, sub, owner, &format!("{owner}.{property}"), v, &at, out);
+                        walk(
+                            schemas,
+                            sub,
+                            owner,
+                            &format!("{owner}.{property}"),
+                            v,
+                            &at,
+                            out,
+                        );
                     }
                 }
             }
@@ -170,7 +180,15 @@ fn walk(
         Value::Array(items) => {
             if schema.get("items").is_some() {
                 for (i, item) in items.iter().enumerate() {
-                    walk(schemas, &schema["items"], owner, field, item, &format!("{path}[{i}]"), out);
+                    walk(
+                        schemas,
+                        &schema["items"],
+                        owner,
+                        field,
+                        item,
+                        &format!("{path}[{i}]"),
+                        out,
+                    );
                 }
             }
         }
@@ -178,7 +196,9 @@ fn walk(
             let ts = types(schema);
             let integer = (ts.contains(&"integer")).then(|| {
                 (
-                    schema["minimum"].as_i64().map_or(i128::from(i64::MIN), i128::from),
+                    schema["minimum"]
+                        .as_i64()
+                        .map_or(i128::from(i64::MIN), i128::from),
                     schema["maximum"]
                         .as_u64()
                         .map(i128::from)
@@ -236,7 +256,13 @@ fn declared_string_fields(schemas: &Value) -> BTreeSet<String> {
                 .as_str()
                 .is_none_or(|p| p == troupe_server::api::openapi::NO_NUL)
     }
-    fn scan(schemas: &Value, name: &str, value: &Value, seen: &mut BTreeSet<String>, out: &mut BTreeSet<String>) {
+    fn scan(
+        schemas: &Value,
+        name: &str,
+        value: &Value,
+        seen: &mut BTreeSet<String>,
+        out: &mut BTreeSet<String>,
+    ) {
         match value {
             Value::Object(map) => {
                 if let Some(Value::String(target)) = map.get("$ref") {
@@ -262,7 +288,13 @@ fn declared_string_fields(schemas: &Value) -> BTreeSet<String> {
     }
     let mut out = BTreeSet::new();
     let mut seen = BTreeSet::from(["ReportBatch".to_owned()]);
-    scan(schemas, "ReportBatch", &schemas["ReportBatch"], &mut seen, &mut out);
+    scan(
+        schemas,
+        "ReportBatch",
+        &schemas["ReportBatch"],
+        &mut seen,
+        &mut out,
+    );
     out
 }
 
@@ -282,10 +314,17 @@ fn template_and_leaves(cluster: &str, t: i64) -> (Value, Vec<Leaf>) {
         "",
         &mut leaves,
     );
-    let walked: BTreeSet<String> = leaves.iter().filter(|l| l.free).map(|l| l.field.clone()).collect();
+    let walked: BTreeSet<String> = leaves
+        .iter()
+        .filter(|l| l.free)
+        .map(|l| l.field.clone())
+        .collect();
     let declared = declared_string_fields(schemas);
     let missed: Vec<&String> = declared.difference(&walked).collect();
-    assert!(missed.is_empty(), "declared string fields the template does not hold: {missed:?}");
+    assert!(
+        missed.is_empty(),
+        "declared string fields the template does not hold: {missed:?}"
+    );
     (template, leaves)
 }
 
@@ -357,7 +396,10 @@ fn assert_refusal_names(status: StatusCode, body: &str, path: &str, what: &str) 
     assert_eq!(status, StatusCode::BAD_REQUEST, "{what}: {body}");
     let error: Value = serde_json::from_str(body).unwrap();
     let message = error["error"].as_str().unwrap_or_default();
-    assert!(message.contains(path), "{what}: the refusal names {path}: {message}");
+    assert!(
+        message.contains(path),
+        "{what}: the refusal names {path}: {message}"
+    );
 }
 
 /// What the pages and answers were checked for.
@@ -375,13 +417,24 @@ struct Checks {
 impl Checks {
     /// An HTML page: 200, every payload that could break out escaped, no script but the
     /// dashboard's own, no `javascript:` link.
-    fn html(&mut self, uri: &str, (status, content_type, page): (StatusCode, String, String), corpus: &[Payload]) {
+    fn html(
+        &mut self,
+        uri: &str,
+        (status, content_type, page): (StatusCode, String, String),
+        corpus: &[Payload],
+    ) {
         assert_eq!(status, StatusCode::OK, "{uri}");
-        assert!(content_type.starts_with("text/html"), "{uri}: {content_type}");
+        assert!(
+            content_type.starts_with("text/html"),
+            "{uri}: {content_type}"
+        );
         for p in corpus {
             // A lone quote or bracket is on every page; longer payloads are not.
             if p.text.len() >= 4 && p.text.contains(['<', '>', '"', '\'']) {
-                assert!(!page.contains(p.text.as_str()), "{uri}: {p} appears unescaped");
+                assert!(
+                    !page.contains(p.text.as_str()),
+                    "{uri}: {p} appears unescaped"
+                );
             }
         }
         // Only real markup counts: escaped text (`&#60;img src=javascript:`) is inert however
@@ -391,11 +444,21 @@ impl Checks {
         assert_eq!(scripts, 1, "{uri}: only the dashboard's own script");
         for tag in &tags {
             for (name, value) in &tag.attributes {
-                assert!(!name.starts_with("on"), "{uri}: an event handler <{} {name}>", tag.name);
+                assert!(
+                    !name.starts_with("on"),
+                    "{uri}: an event handler <{} {name}>",
+                    tag.name
+                );
                 let value = value.trim_start().to_ascii_lowercase();
-                if ["href", "src", "action", "formaction", "xlink:href", "data"].contains(&name.as_str()) {
+                if ["href", "src", "action", "formaction", "xlink:href", "data"]
+                    .contains(&name.as_str())
+                {
                     for scheme in ["javascript:", "vbscript:", "data:"] {
-                        assert!(!value.starts_with(scheme), "{uri}: a {scheme} {name} on <{}>", tag.name);
+                        assert!(
+                            !value.starts_with(scheme),
+                            "{uri}: a {scheme} {name} on <{}>",
+                            tag.name
+                        );
                     }
                 }
             }
@@ -408,9 +471,16 @@ impl Checks {
 
     /// A JSON answer: 200, `application/json`, valid JSON; its strings are kept for the
     /// "was it shown" check. Returns it.
-    fn json(&mut self, uri: &str, (status, content_type, body): (StatusCode, String, String)) -> Value {
+    fn json(
+        &mut self,
+        uri: &str,
+        (status, content_type, body): (StatusCode, String, String),
+    ) -> Value {
         assert_eq!(status, StatusCode::OK, "{uri}: {body}");
-        assert!(content_type.starts_with("application/json"), "{uri}: {content_type}");
+        assert!(
+            content_type.starts_with("application/json"),
+            "{uri}: {content_type}"
+        );
         let value: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{uri}: {e}"));
         fn strings(value: &Value, out: &mut String) {
             match value {
@@ -463,7 +533,10 @@ fn markup(page: &str) -> Vec<Tag> {
         i = name_end;
         let mut attributes = Vec::new();
         loop {
-            while bytes.get(i).is_some_and(|b| b.is_ascii_whitespace() || *b == b'/') {
+            while bytes
+                .get(i)
+                .is_some_and(|b| b.is_ascii_whitespace() || *b == b'/')
+            {
                 i += 1;
             }
             if i >= bytes.len() || bytes[i] == b'>' {
@@ -502,7 +575,10 @@ fn markup(page: &str) -> Vec<Tag> {
             let mut from = i;
             while let Some(n) = page[from..].find("</") {
                 let at = from + n + 2;
-                if bytes.get(at..at + name.len()).is_some_and(|b| b.eq_ignore_ascii_case(name.as_bytes())) {
+                if bytes
+                    .get(at..at + name.len())
+                    .is_some_and(|b| b.eq_ignore_ascii_case(name.as_bytes()))
+                {
                     end = from + n;
                     break;
                 }
@@ -523,9 +599,15 @@ fn escaped_text_is_not_markup_and_real_attributes_are_read() {
     );
     let names: Vec<&str> = tags.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(names, ["p", "a", "img", "script"]);
-    assert_eq!(tags[0].attributes, [("title".to_owned(), "a > b".to_owned())]);
+    assert_eq!(
+        tags[0].attributes,
+        [("title".to_owned(), "a > b".to_owned())]
+    );
     assert_eq!(tags[1].attributes[2], ("hidden".to_owned(), String::new()));
-    assert_eq!(tags[2].attributes, [("src".to_owned(), "javascript:alert(1)".to_owned())]);
+    assert_eq!(
+        tags[2].attributes,
+        [("src".to_owned(), "javascript:alert(1)".to_owned())]
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -542,12 +624,18 @@ async fn router_depths(
     api: &str,
 ) {
     let uri = format!("{api}/routers");
-    let routers = checks.json(&uri, call(app, TestRequest::get().uri(&uri).to_request()).await);
+    let routers = checks.json(
+        &uri,
+        call(app, TestRequest::get().uri(&uri).to_request()).await,
+    );
     let routers = routers.as_array().expect("a list of routers");
     for router in routers {
         let path = router["path"].as_str().unwrap();
         let uri = format!("{api}/routers/depth?router={}", encoded(path));
-        let depth = checks.json(&uri, call(app, TestRequest::get().uri(&uri).to_request()).await);
+        let depth = checks.json(
+            &uri,
+            call(app, TestRequest::get().uri(&uri).to_request()).await,
+        );
         assert_eq!(depth["router"], path, "{uri}: {depth}");
     }
 }
@@ -641,11 +729,21 @@ async fn every_corpus_string_in_every_string_field_is_stored_or_refused_by_name_
             // Only a cluster name has a rule beyond NUL and length (no `~`): named.
             _ => {
                 assert_refusal_names(status, &answer, "identity.cluster", &format!("{p}"));
-                assert!(p.text.contains(troupe_protocol::CLUSTER_KEY_SEPARATOR), "{p}: {answer}");
+                assert!(
+                    p.text.contains(troupe_protocol::CLUSTER_KEY_SEPARATOR),
+                    "{p}: {answer}"
+                );
                 set(&mut batch, "identity.cluster", &format!("id{k}"));
                 let (status, _, answer) = call(&app, ingest_request(batch.to_string())).await;
-                assert_eq!(status, StatusCode::OK, "{p} outside the cluster name: {answer}");
-                clusters.push((format!("id{k}"), batch["identity"]["node"].as_str().unwrap().to_owned()));
+                assert_eq!(
+                    status,
+                    StatusCode::OK,
+                    "{p} outside the cluster name: {answer}"
+                );
+                clusters.push((
+                    format!("id{k}"),
+                    batch["identity"]["node"].as_str().unwrap().to_owned(),
+                ));
             }
         }
     }
@@ -694,8 +792,18 @@ async fn every_corpus_string_in_every_string_field_is_stored_or_refused_by_name_
         checks.json(&uri, answer);
     }
     router_depths(&app, &mut checks, &api).await;
-    let routers = call(&app, TestRequest::get().uri(&format!("{api}/routers")).to_request()).await;
-    assert!(routers.2.len() > 2, "the corpus batches report routers: {}", routers.2);
+    let routers = call(
+        &app,
+        TestRequest::get()
+            .uri(&format!("{api}/routers"))
+            .to_request(),
+    )
+    .await;
+    assert!(
+        routers.2.len() > 2,
+        "the corpus batches report routers: {}",
+        routers.2
+    );
     // Paged lists, every page.
     for first in [
         format!("{api}/events?limit=1000"),
@@ -714,7 +822,13 @@ async fn every_corpus_string_in_every_string_field_is_stored_or_refused_by_name_
     // Each member and each singleton on its own, by its exact spelling.
     let members = checks.json(
         "members",
-        call(&app, TestRequest::get().uri(&format!("{api}/members?include_removed=true")).to_request()).await,
+        call(
+            &app,
+            TestRequest::get()
+                .uri(&format!("{api}/members?include_removed=true"))
+                .to_request(),
+        )
+        .await,
     );
     let members: Vec<String> = members["members"]
         .as_array()
@@ -724,19 +838,34 @@ async fn every_corpus_string_in_every_string_field_is_stored_or_refused_by_name_
         .collect();
     for member in &members {
         let uri = format!("{api}/members/{}", encoded(member));
-        let answer = checks.json(&uri, call(&app, TestRequest::get().uri(&uri).to_request()).await);
+        let answer = checks.json(
+            &uri,
+            call(&app, TestRequest::get().uri(&uri).to_request()).await,
+        );
         assert_eq!(answer["node"], *member);
     }
     let singletons = checks.json(
         "singletons",
-        call(&app, TestRequest::get().uri(&format!("{api}/singletons")).to_request()).await,
+        call(
+            &app,
+            TestRequest::get()
+                .uri(&format!("{api}/singletons"))
+                .to_request(),
+        )
+        .await,
     );
     let singletons = singletons.as_array().expect("a list of singletons");
-    assert!(!singletons.is_empty(), "the corpus batches report singletons");
+    assert!(
+        !singletons.is_empty(),
+        "the corpus batches report singletons"
+    );
     for singleton in singletons {
         let name = singleton["name"].as_str().unwrap();
         let uri = format!("{api}/singletons/{}", encoded(name));
-        let answer = checks.json(&uri, call(&app, TestRequest::get().uri(&uri).to_request()).await);
+        let answer = checks.json(
+            &uri,
+            call(&app, TestRequest::get().uri(&uri).to_request()).await,
+        );
         assert_eq!(answer["singleton"]["name"], name);
     }
     // The identity clusters: listed, and each one's nodes and node page; the overview of one
@@ -753,10 +882,20 @@ async fn every_corpus_string_in_every_string_field_is_stored_or_refused_by_name_
             checks.html(&uri, answer, &corpus);
         }
         let uri = format!("/api/v1/clusters/{}/nodes", encoded(cluster));
-        let nodes = checks.json(&uri, call(&app, TestRequest::get().uri(&uri).to_request()).await);
+        let nodes = checks.json(
+            &uri,
+            call(&app, TestRequest::get().uri(&uri).to_request()).await,
+        );
         assert_eq!(nodes[0]["node"], *node, "{uri}: {nodes}");
     }
-    let listed = checks.json("/api/v1/clusters", call(&app, TestRequest::get().uri("/api/v1/clusters").to_request()).await);
+    let listed = checks.json(
+        "/api/v1/clusters",
+        call(
+            &app,
+            TestRequest::get().uri("/api/v1/clusters").to_request(),
+        )
+        .await,
+    );
     let listed: BTreeSet<&str> = listed
         .as_array()
         .unwrap()
@@ -772,7 +911,10 @@ async fn every_corpus_string_in_every_string_field_is_stored_or_refused_by_name_
         if p.text.contains('\0') {
             continue;
         }
-        assert!(checks.shown_json.contains(&p.text), "{p} is in an API answer, exactly");
+        assert!(
+            checks.shown_json.contains(&p.text),
+            "{p} is in an API answer, exactly"
+        );
         assert!(
             checks.shown_html.contains(&escaped(&p.text)),
             "{p} is on a dashboard page, escaped"
@@ -881,7 +1023,10 @@ fn documented(leaf: &Leaf, token: &str) -> bool {
             .as_i64()
             .map(i128::from)
             .or(n.as_u64().map(i128::from))
-            .or(n.as_f64().filter(|f| f.fract() == 0.0 && f.abs() <= 9_007_199_254_740_992.0).map(|f| f as i128))
+            .or(n
+                .as_f64()
+                .filter(|f| f.fract() == 0.0 && f.abs() <= 9_007_199_254_740_992.0)
+                .map(|f| f as i128))
             .is_some_and(in_range),
         Value::String(s) => {
             leaf.decimal_string
@@ -949,7 +1094,10 @@ async fn hostile_numbers_in_every_numeric_field_get_200_or_400_never_a_5xx(store
             } else {
                 refused += 1;
                 let error: Value = serde_json::from_str(&answer).unwrap();
-                assert!(!error["error"].as_str().unwrap_or_default().is_empty(), "{answer}");
+                assert!(
+                    !error["error"].as_str().unwrap_or_default().is_empty(),
+                    "{answer}"
+                );
             }
         }
     }

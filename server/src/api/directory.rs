@@ -1,6 +1,7 @@
 //! `/api/v1/coordination/{claims,hosts,directory}…`: the actor directory over HTTP (claim,
 //! look up, release, evict a host, snapshot, and a long-poll watch of changes).
 
+use crate::json::JsonBody;
 use std::time::Duration;
 
 use actix_web::http::header::{HeaderName, HeaderValue};
@@ -195,7 +196,7 @@ pub async fn claim(
     let claim = match outcome {
         ClaimOutcome::Claimed(c) | ClaimOutcome::Owned(c) => c,
     };
-    Ok(HttpResponse::Ok().json(ClaimOutcomeDto {
+    Ok(HttpResponse::Ok().json_body(ClaimOutcomeDto {
         won,
         claim: claim.into(),
     }))
@@ -220,7 +221,7 @@ pub async fn lookup(
         .lookup(&actor)
         .await
         .map_err(directory_error)?;
-    Ok(HttpResponse::Ok().json(LookupDto {
+    Ok(HttpResponse::Ok().json_body(LookupDto {
         claim: claim.map(Into::into),
     }))
 }
@@ -246,7 +247,7 @@ pub async fn unclaim(
         .release(&actor, &host.host)
         .await
         .map_err(directory_error)?;
-    Ok(HttpResponse::Ok().json(ClaimReleasedDto { released }))
+    Ok(HttpResponse::Ok().json_body(ClaimReleasedDto { released }))
 }
 
 /// Remove every claim of `host`.
@@ -268,7 +269,7 @@ pub async fn evict(
         .evict_host(&host)
         .await
         .map_err(directory_error)?;
-    Ok(HttpResponse::Ok().json(EvictedDto { released }))
+    Ok(HttpResponse::Ok().json_body(EvictedDto { released }))
 }
 
 /// Every claim and the revision it is current at.
@@ -285,7 +286,7 @@ pub async fn snapshot(
         .snapshot()
         .await
         .map_err(directory_error)?;
-    Ok(HttpResponse::Ok().json(SnapshotDto {
+    Ok(HttpResponse::Ok().json_body(SnapshotDto {
         claims: snapshot.claims.into_iter().map(Into::into).collect(),
         revision: snapshot.revision.0,
     }))
@@ -335,7 +336,7 @@ pub async fn watch(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpR
             Ok(Some(Err(_)) | None) | Err(_) => break,
         }
     }
-    Ok(HttpResponse::Ok().json(WatchDto { events }))
+    Ok(HttpResponse::Ok().json_body(WatchDto { events }))
 }
 
 /// A watch failure; a compacted history answers 410 with the oldest revision still

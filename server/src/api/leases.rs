@@ -3,6 +3,7 @@
 //! coordination backend, so any replica serves any of these; see [`crate::coordination`] for
 //! their timing.
 
+use crate::json::JsonBody;
 use std::time::Duration;
 
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -195,7 +196,7 @@ pub async fn acquire(
         Acquisition::Granted(grant) => LeaseGrantDto::from(grant),
         Acquisition::Refused => LeaseGrantDto::refused(&request.owner),
     };
-    Ok(HttpResponse::Ok().json(grant))
+    Ok(HttpResponse::Ok().json_body(grant))
 }
 
 /// Renew the grant `token` of `owner`; 409 when it is no longer held (lost: acquire again).
@@ -222,7 +223,7 @@ pub async fn renew(
         .renew(&name, &request.owner, FencingToken(request.token))
         .await
         .map_err(grant_error)?;
-    Ok(HttpResponse::Ok().json(LeaseGrantDto::from(grant)))
+    Ok(HttpResponse::Ok().json_body(LeaseGrantDto::from(grant)))
 }
 
 /// Release the grant `token` of `owner`; `released: false` when it did not hold it.
@@ -249,7 +250,7 @@ pub async fn release(
         .release(&name, &request.owner, FencingToken(request.token))
         .await
         .map_err(grant_error)?;
-    Ok(HttpResponse::Ok().json(ReleasedDto { released }))
+    Ok(HttpResponse::Ok().json_body(ReleasedDto { released }))
 }
 
 /// The current grant of lease `name` at the backend, if any.
@@ -272,7 +273,7 @@ pub async fn lease(
         .await
         .map_err(grant_error)?
         .map(Into::into);
-    Ok(HttpResponse::Ok().json(LeaseStateDto {
+    Ok(HttpResponse::Ok().json_body(LeaseStateDto {
         name: name.into_inner(),
         backend: service.backend().to_owned(),
         holder,

@@ -7,6 +7,7 @@
 //! token. An accepted operation is queued and handed to the next agent of the cluster that
 //! reports (in its ingest acknowledgment), which carries it out through the cluster.
 
+use crate::json::JsonBody;
 use actix_web::{HttpRequest, HttpResponse, web};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -175,7 +176,7 @@ pub async fn list(
     let query: MembersQuery = query(&req)?;
     let cluster = find_cluster(&state, &cluster).await?;
     let (members, _) = load(&state, &cluster, query.include_removed).await?;
-    Ok(HttpResponse::Ok().json(members))
+    Ok(HttpResponse::Ok().json_body(members))
 }
 
 /// One member, 404 if unknown.
@@ -203,7 +204,7 @@ pub async fn one(
                 cluster.cluster_key
             ))
         })?;
-    Ok(HttpResponse::Ok().json(member))
+    Ok(HttpResponse::Ok().json_body(member))
 }
 
 /// Body of `PUT …/members/{address}`: form (`operation=Down`, as in Akka Management) or JSON.
@@ -267,7 +268,7 @@ async fn queue(
     operation: OperationKind,
 ) -> Result<HttpResponse, ApiError> {
     let (id, address) = queue_operation(state, req, cluster, written, operation).await?;
-    Ok(HttpResponse::Accepted().json(OperationAccepted {
+    Ok(HttpResponse::Accepted().json_body(OperationAccepted {
         id,
         address,
         operation: operation.as_str().to_owned(),
