@@ -73,12 +73,16 @@ pub enum Reason {
     NotHosting,
     /// No singleton manager on the elected host.
     NoManager,
+    /// A virtual actor's host gave the message up (the key's cause is in the dead letter).
+    VirtualActor,
+    /// A reason this agent does not know yet (the runtime's enum is non-exhaustive).
+    Other,
 }
 
 impl Reason {
     /// Every reason: each has a series from the start (at 0), so a rate over one is 0, not
     /// empty, before the first such dead letter.
-    pub const ALL: [Self; 13] = [
+    pub const ALL: [Self; 15] = [
         Self::RecipientStopped,
         Self::UnknownRecipient,
         Self::MailboxFull,
@@ -92,6 +96,8 @@ impl Reason {
         Self::HoldExpired,
         Self::NotHosting,
         Self::NoManager,
+        Self::VirtualActor,
+        Self::Other,
     ];
 
     /// The label value of a runtime reason.
@@ -111,6 +117,8 @@ impl Reason {
             DeadLetterReason::HoldExpired => Self::HoldExpired,
             DeadLetterReason::NotHosting => Self::NotHosting,
             DeadLetterReason::NoManager => Self::NoManager,
+            DeadLetterReason::VirtualActor { .. } => Self::VirtualActor,
+            _ => Self::Other,
         }
     }
 
@@ -129,6 +137,8 @@ impl Reason {
             Self::HoldExpired => "hold_expired",
             Self::NotHosting => "not_hosting",
             Self::NoManager => "no_manager",
+            Self::VirtualActor => "virtual_actor",
+            Self::Other => "other",
         }
     }
 }

@@ -25,8 +25,10 @@ pub struct DeadLetter {
 }
 
 /// Why a message became a dead letter. Every reason is a variant, so the control plane can
-/// group dead letters by reason; where it happened is the recipient path.
+/// group dead letters by reason; where it happened is the recipient path. New reasons may be
+/// added, so a `match` needs a wildcard arm.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum DeadLetterReason {
     /// The recipient had stopped (or was stopping) before it took the message.
     RecipientStopped,
@@ -62,6 +64,53 @@ pub enum DeadLetterReason {
     /// The message was routed to this node as a cluster singleton's host, but this node runs
     /// no manager for it.
     NoManager,
+    /// A message for a virtual actor (the recipient path names its host actor,
+    /// `/system/virtual-<type>`) could not reach an activation of `key`.
+    VirtualActor {
+        /// The virtual actor's key.
+        key: String,
+        /// Why.
+        failure: VirtualActorFailure,
+    },
+}
+
+/// Why a message for a virtual actor became a dead letter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum VirtualActorFailure {
+    /// The key's buffer (messages waiting while its activation is looked up, claimed, stopped or
+    /// moved) was full.
+    BufferFull,
+    /// The message was forwarded between hosts the maximum number of times.
+    TooManyHops,
+    /// The placement policy found (or chose) no host for a new activation.
+    NoHost,
+    /// The directory named an owner that is not a member in the sending host's view.
+    OwnerNotMember,
+    /// A directory lookup or claim failed; the directory's error.
+    DirectoryFailed(String),
+    /// The host holding the message was fenced (left the cluster ungracefully).
+    Fenced,
+    /// The host that should run the activation has not started this virtual actor type, or has
+    /// stopped it.
+    NotStarted,
+    /// The message could not be encoded for (or decoded from) the hop between two hosts.
+    Codec(String),
+}
+
+impl fmt::Display for VirtualActorFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::BufferFull => f.write_str("buffer full while the activation was not ready"),
+            Self::TooManyHops => f.write_str("forwarded too many times between hosts"),
+            Self::NoHost => f.write_str("no host to place the activation on"),
+            Self::OwnerNotMember => f.write_str("the directory's owner is not a member"),
+            Self::DirectoryFailed(error) => write!(f, "directory failed: {error}"),
+            Self::Fenced => f.write_str("the host was fenced"),
+            Self::NotStarted => f.write_str("the virtual actor type is not started on the host"),
+            Self::Codec(error) => write!(f, "does not encode or decode between hosts: {error}"),
+        }
+    }
 }
 
 impl fmt::Display for DeadLetterReason {
@@ -80,6 +129,9 @@ impl fmt::Display for DeadLetterReason {
             Self::HoldExpired => f.write_str("held too long: no singleton instance started"),
             Self::NotHosting => f.write_str("singleton manager is not hosting"),
             Self::NoManager => f.write_str("no singleton manager on the elected host"),
+            Self::VirtualActor { key, failure } => {
+                write!(f, "virtual actor {key:?} not reached: {failure}")
+            }
         }
     }
 }

@@ -82,7 +82,7 @@ pub use address::{Address, AddressError, UniqueAddress};
 pub use ask::{AskError, AskFuture, AskRequest, DEFAULT_ASK_TIMEOUT, ReplyTo};
 pub use cell::ActorId;
 pub use context::{Context, TimerHandle, Watchable};
-pub use dead_letter::{DeadLetter, DeadLetterReason, DeadLetters};
+pub use dead_letter::{DeadLetter, DeadLetterReason, DeadLetters, VirtualActorFailure};
 pub use death_watch::Terminated;
 pub use event_stream::{EventStream, Subscription, SubscriptionId};
 pub use mailbox::{MailboxDepth, MailboxOptions};

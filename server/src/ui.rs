@@ -15,6 +15,7 @@
 
 mod dead_letters;
 mod events;
+mod map;
 mod node;
 mod overview;
 mod page;
@@ -37,6 +38,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/ui/routers", web::get().to(routers::page))
         .route("/ui/dead-letters", web::get().to(dead_letters::page))
         .route("/ui/node", web::get().to(node::page))
+        .route("/ui/map", web::get().to(map::fragment))
         .route("/ui/assets/{name}", web::get().to(asset));
 }
 

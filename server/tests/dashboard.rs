@@ -463,6 +463,33 @@ async fn xss_payloads_in_every_field_and_filter_render_only_escaped(store: Store
         assert_inert(&page, &payloads, uri);
         shown.push(page);
     }
+    // The cluster map, on the overview and alone: every payload (address, machine, role,
+    // singleton, router, routee) only as escaped text, in boxes and in their tooltips.
+    let (status, _, fragment) = get!(app, format!("/ui/map?cluster={c}"));
+    assert_eq!(status, StatusCode::OK, "the map fragment");
+    for p in &payloads {
+        if p.contains(['<', '>', '"', '\'']) {
+            assert!(
+                !fragment.contains(p.as_str()),
+                "map: {p:?} appears unescaped"
+            );
+        }
+        let e = escaped(p);
+        assert!(
+            fragment.contains(&format!("data-node=\"{e}\"")),
+            "the map draws a box for {p:?}, escaped"
+        );
+        assert!(
+            shown[0].contains(&format!("data-node=\"{e}\"")),
+            "the overview's map draws {p:?}, escaped"
+        );
+    }
+    let lower = fragment.to_ascii_lowercase();
+    assert!(!lower.contains("<script"), "the map carries no script");
+    assert!(
+        !lower.contains("href=\"javascript"),
+        "map links stay on the dashboard"
+    );
     let routers = payloads
         .iter()
         .filter(|p| shown[4].contains(&format!("data-router=\"{}\"", escaped(p))))

@@ -193,7 +193,7 @@ async fn a_silent_agent_is_unknown_everywhere_until_it_reports_again(store: Stor
     let overview = get_text!(app, "/ui/?cluster=app");
     let row = |node: &str| {
         let start = overview
-            .find(&format!(">{node}<"))
+            .find(&format!("<tr data-member=\"{node}\""))
             .unwrap_or_else(|| panic!("no row for {node}: {overview}"));
         let end = overview[start..].find("</tr>").unwrap() + start;
         overview[start..end].to_owned()

@@ -13,6 +13,7 @@
 pub mod assets;
 pub mod chart;
 pub mod format;
+pub mod map;
 pub mod pages;
 
 /// The product name shown in page titles.

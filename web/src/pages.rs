@@ -5,6 +5,7 @@ use askama::Template;
 
 use crate::chart::{Chart, Lifetimes};
 use crate::format::{TimeText, href};
+use crate::map::ClusterMap;
 
 /// Which page is showing (for the navigation bar).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -246,6 +247,27 @@ pub struct ClusterView {
     pub dropped: String,
     /// Any dropped.
     pub any_dropped: bool,
+    /// The cluster map (of the cluster shown first only).
+    pub map: Option<MapView>,
+}
+
+/// The cluster map with what its figure says around it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MapView {
+    /// The map.
+    pub map: ClusterMap,
+    /// Where the live script fetches a fresh map (`/ui/map?cluster=…`).
+    pub src: String,
+    /// After how long without a report an agent is greyed, in words (`15 s`).
+    pub silence: String,
+}
+
+/// The cluster map alone: what `/ui/map` answers, for the live script to swap in.
+#[derive(Debug, Template)]
+#[template(path = "map_fragment.html")]
+pub struct MapFragment {
+    /// The map.
+    pub view: MapView,
 }
 
 /// Clusters and their members: the first in full, the others one line each.

@@ -106,6 +106,35 @@
     for (var i = 0; i < kinds.length; i++) { source.addEventListener(kinds[i], onEvent); }
   }
 
+  // The cluster map (overview) also shows mailbox depths and silent agents, which change
+  // without a stream event: its fragment (data-src, the server's own /ui/map link) is fetched
+  // again every MAP_MS while the tab shows, and swapped in like a live section.
+  var MAP_MS = 2000;
+  var mapBusy = false;
+
+  function refreshMap() {
+    var current = document.getElementById('cluster-map');
+    if (!current || document.hidden || mapBusy || inflight) { return; }
+    var src = current.getAttribute('data-src');
+    if (!src || src.indexOf('/ui/map?') !== 0) { return; }
+    mapBusy = true;
+    fetch(src, { cache: 'no-store', credentials: 'same-origin', headers: { 'Accept': 'text/html' } })
+      .then(function (r) {
+        if (!r.ok) { throw new Error('status ' + r.status); }
+        return r.text();
+      })
+      .then(function (text) {
+        var fresh = new DOMParser().parseFromString(text, 'text/html').getElementById('cluster-map');
+        var shown = document.getElementById('cluster-map');
+        if (fresh && shown) {
+          shown.replaceWith(document.adoptNode(fresh));
+          body.setAttribute('data-map-refreshed', String(Date.now()));
+        }
+      })
+      .catch(function () {})
+      .then(function () { mapBusy = false; });
+  }
+
   // Hidden tabs skip refreshes and catch up when shown again.
   document.addEventListener('visibilitychange', function () {
     if (!document.hidden && again) { again = false; soon(); }
@@ -120,4 +149,5 @@
   show('connecting', 'connecting…');
   connect();
   setInterval(refresh, REFRESH_MS);
+  if (document.getElementById('cluster-map')) { setInterval(refreshMap, MAP_MS); }
 })();

@@ -127,7 +127,9 @@ pub(crate) enum Event<T> {
         key: String,
         /// The message.
         envelope: Envelope<T>,
-        /// The host that forwarded it; `None` from a local sender.
+        /// The host that forwarded it; `None` from a local sender. The machine does not need
+        /// it (a placed message is claimed whoever placed it); it is kept for diagnostics.
+        #[allow(dead_code)]
         from: Option<UniqueAddress>,
     },
     /// The answer to [`Action::Lookup`]: the owner and the revision of its claim.
@@ -353,6 +355,14 @@ impl<T> ActivationState<T> {
             .values()
             .filter(|k| matches!(k, KeyState::Active { .. } | KeyState::Stopping { .. }))
             .count() as u64
+    }
+
+    /// The lookup cache: every key owned elsewhere and the host its messages go to.
+    pub(crate) fn routes(&self) -> impl Iterator<Item = (&str, &UniqueAddress)> {
+        self.keys.iter().filter_map(|(key, state)| match state {
+            KeyState::Routed { via, .. } => Some((key.as_str(), via)),
+            _ => None,
+        })
     }
 
     /// The messages waiting for `key`, oldest first.

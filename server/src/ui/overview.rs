@@ -1,4 +1,5 @@
-//! `GET /ui/`: every cluster with its members, leader, agent health and last-hour counts.
+//! `GET /ui/`: every cluster with its members, leader, agent health and last-hour counts; the
+//! first with its map (`super::map`).
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
@@ -78,6 +79,7 @@ async fn cluster_view(
     state: &AppState,
     ctx: &Context,
     cluster: &ClusterRow,
+    with_map: bool,
 ) -> Result<ClusterView, UiError> {
     // Links and node pages of this cluster.
     let ctx = Context {
@@ -107,6 +109,11 @@ async fn cluster_view(
         .map(|m| m.count)
         .sum();
     let dropped = dropped_total(&agents);
+    let map = if with_map {
+        Some(super::map::view(state, &ctx, cluster, &members, &agents).await?)
+    } else {
+        None
+    };
     let leader = cluster.leader.as_deref();
     let members: Vec<MemberView> = members
         .iter()
@@ -144,6 +151,7 @@ async fn cluster_view(
         any_dead_letters: dead_letters > 0,
         dropped: count(dropped),
         any_dropped: dropped > 0,
+        map,
     })
 }
 
@@ -158,8 +166,8 @@ async fn build(state: &AppState, req: &HttpRequest) -> Result<OverviewPage, UiEr
             .filter(|c| Some(c.id) != ctx.cluster.as_ref().map(|c| c.id)),
     );
     let mut clusters = Vec::new();
-    for cluster in shown.into_iter().take(MAX_CLUSTERS) {
-        clusters.push(cluster_view(state, &ctx, cluster).await?);
+    for (i, cluster) in shown.into_iter().take(MAX_CLUSTERS).enumerate() {
+        clusters.push(cluster_view(state, &ctx, cluster, i == 0).await?);
     }
     Ok(OverviewPage {
         layout: ctx.layout(Section::Overview, "Overview"),
