@@ -27,6 +27,7 @@ const INGEST: &str = "ingest-secret";
 
 troupe_server::on_every_store!(
     every_corpus_string_in_every_string_field_is_stored_or_refused_by_name_and_shown_inert,
+    every_corpus_string_in_every_identity_field_is_stored_or_refused_by_name_and_shown_inert,
     a_string_over_its_limit_is_refused_naming_field_length_and_limit,
     hostile_numbers_in_every_numeric_field_get_200_or_400_never_a_5xx,
 );
@@ -441,7 +442,9 @@ impl Checks {
         // it reads, so tags and their attributes are found by tokenizing the page.
         let tags = markup(&page);
         let scripts = tags.iter().filter(|t| t.name == "script").count();
-        assert_eq!(scripts, 1, "{uri}: only the dashboard's own script");
+        // A page has the dashboard's own script; the map fragment (`/ui/map`) none.
+        let own = usize::from(!uri.starts_with("/ui/map"));
+        assert_eq!(scripts, own, "{uri}: only the dashboard's own script");
         for tag in &tags {
             for (name, value) in &tag.attributes {
                 assert!(
@@ -648,6 +651,25 @@ fn set(batch: &mut Value, path: &str, s: &str) {
 async fn every_corpus_string_in_every_string_field_is_stored_or_refused_by_name_and_shown_inert(
     store: Store,
 ) {
+    corpus_through_fields(store, Part::Body).await;
+}
+
+async fn every_corpus_string_in_every_identity_field_is_stored_or_refused_by_name_and_shown_inert(
+    store: Store,
+) {
+    corpus_through_fields(store, Part::Identity).await;
+}
+
+/// Which string fields a run fills (two tests, so each stays well inside the test timeout).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    /// Events and depth samples, in the few large batches of one cluster.
+    Body,
+    /// The batch identity: one cluster per corpus string.
+    Identity,
+}
+
+async fn corpus_through_fields(store: Store, part: Part) {
     let started = Instant::now();
     let app = service!(state(store));
     let t = now();
@@ -664,86 +686,91 @@ async fn every_corpus_string_in_every_string_field_is_stored_or_refused_by_name_
     let mut sent = 0usize;
     let mut refused_placements = Vec::new();
 
-    // Events and depth samples: copy j of the template holds, in its i-th string leaf,
-    // corpus string (i + j) mod n, so n copies put every string in every leaf. A placement the
-    // document says is refused (a NUL, over maxLength) is tried on its own below.
-    let n = corpus.len();
-    const BATCHES: usize = 4;
-    let mut batches: Vec<Value> = (0..BATCHES)
-        .map(|b| {
-            let mut batch = template.clone();
-            batch["sequence"] = Value::String((b + 1).to_string());
-            batch["events"] = Value::Array(Vec::new());
-            batch["depth_samples"] = Value::Array(Vec::new());
-            batch
-        })
-        .collect();
-    for j in 0..n {
-        let mut copy = template.clone();
-        for (i, leaf) in body.iter().enumerate() {
-            let p = &corpus[(i + j) % n];
-            if acceptable(leaf, &p.text) {
-                set(&mut copy, &leaf.path, &p.text);
-                sent += 1;
-            } else {
-                set(&mut copy, &leaf.path, &format!("f{j}.{i}"));
-                refused_placements.push((*leaf, p));
+    if part == Part::Body {
+        // Events and depth samples: copy j of the template holds, in its i-th string leaf,
+        // corpus string (i + j) mod n, so n copies put every string in every leaf. A placement the
+        // document says is refused (a NUL, over maxLength) is tried on its own below.
+        let n = corpus.len();
+        const BATCHES: usize = 4;
+        let mut batches: Vec<Value> = (0..BATCHES)
+            .map(|b| {
+                let mut batch = template.clone();
+                batch["sequence"] = Value::String((b + 1).to_string());
+                batch["events"] = Value::Array(Vec::new());
+                batch["depth_samples"] = Value::Array(Vec::new());
+                batch
+            })
+            .collect();
+        for j in 0..n {
+            let mut copy = template.clone();
+            for (i, leaf) in body.iter().enumerate() {
+                let p = &corpus[(i + j) % n];
+                if acceptable(leaf, &p.text) {
+                    set(&mut copy, &leaf.path, &p.text);
+                    sent += 1;
+                } else {
+                    set(&mut copy, &leaf.path, &format!("f{j}.{i}"));
+                    refused_placements.push((*leaf, p));
+                }
+            }
+            let target = &mut batches[j % BATCHES];
+            for key in ["events", "depth_samples"] {
+                let items = copy[key].as_array().unwrap().clone();
+                target[key].as_array_mut().unwrap().extend(items);
             }
         }
-        let target = &mut batches[j % BATCHES];
-        for key in ["events", "depth_samples"] {
-            let items = copy[key].as_array().unwrap().clone();
-            target[key].as_array_mut().unwrap().extend(items);
+        for batch in batches {
+            let (status, _, body) = call(&app, ingest_request(batch.to_string())).await;
+            assert_eq!(status, StatusCode::OK, "a corpus batch: {body}");
         }
     }
-    for batch in batches {
-        let (status, _, body) = call(&app, ingest_request(batch.to_string())).await;
-        assert_eq!(status, StatusCode::OK, "a corpus batch: {body}");
-    }
+
     let stored_at = started.elapsed();
 
     // Identity: one small batch per string (a batch has one identity), each its own cluster,
     // node and Kubernetes node; a string refused in one of them is tried again on its own.
     let mut clusters = Vec::new();
-    for (k, p) in corpus.iter().enumerate() {
-        let mut batch = template.clone();
-        batch["events"] = Value::Array(Vec::new());
-        batch["depth_samples"] = Value::Array(Vec::new());
-        let mut named = Vec::new();
-        for leaf in &identity {
-            if acceptable(leaf, &p.text) {
-                set(&mut batch, &leaf.path, &p.text);
-                named.push(*leaf);
-            } else {
-                set(&mut batch, &leaf.path, &format!("id{k}"));
-                refused_placements.push((*leaf, p));
+    if part == Part::Identity {
+        for (k, p) in corpus.iter().enumerate() {
+            let mut batch = template.clone();
+            batch["events"] = Value::Array(Vec::new());
+            batch["depth_samples"] = Value::Array(Vec::new());
+            let mut named = Vec::new();
+            for leaf in &identity {
+                if acceptable(leaf, &p.text) {
+                    set(&mut batch, &leaf.path, &p.text);
+                    named.push(*leaf);
+                } else {
+                    set(&mut batch, &leaf.path, &format!("id{k}"));
+                    refused_placements.push((*leaf, p));
+                }
             }
-        }
-        let (status, _, answer) = call(&app, ingest_request(batch.to_string())).await;
-        sent += named.len();
-        match status {
-            StatusCode::OK => clusters.push((
-                batch["identity"]["cluster"].as_str().unwrap().to_owned(),
-                batch["identity"]["node"].as_str().unwrap().to_owned(),
-            )),
-            // Only a cluster name has a rule beyond NUL and length (no `~`): named.
-            _ => {
-                assert_refusal_names(status, &answer, "identity.cluster", &format!("{p}"));
-                assert!(
-                    p.text.contains(troupe_protocol::CLUSTER_KEY_SEPARATOR),
-                    "{p}: {answer}"
-                );
-                set(&mut batch, "identity.cluster", &format!("id{k}"));
-                let (status, _, answer) = call(&app, ingest_request(batch.to_string())).await;
-                assert_eq!(
-                    status,
-                    StatusCode::OK,
-                    "{p} outside the cluster name: {answer}"
-                );
-                clusters.push((
-                    format!("id{k}"),
+            let (status, _, answer) = call(&app, ingest_request(batch.to_string())).await;
+            sent += named.len();
+            match status {
+                StatusCode::OK => clusters.push((
+                    batch["identity"]["cluster"].as_str().unwrap().to_owned(),
                     batch["identity"]["node"].as_str().unwrap().to_owned(),
-                ));
+                )),
+                // Only a cluster name has a rule beyond NUL and length (no `~`): named.
+                _ => {
+                    assert_refusal_names(status, &answer, "identity.cluster", &format!("{p}"));
+                    assert!(
+                        p.text.contains(troupe_protocol::CLUSTER_KEY_SEPARATOR),
+                        "{p}: {answer}"
+                    );
+                    set(&mut batch, "identity.cluster", &format!("id{k}"));
+                    let (status, _, answer) = call(&app, ingest_request(batch.to_string())).await;
+                    assert_eq!(
+                        status,
+                        StatusCode::OK,
+                        "{p} outside the cluster name: {answer}"
+                    );
+                    clusters.push((
+                        format!("id{k}"),
+                        batch["identity"]["node"].as_str().unwrap().to_owned(),
+                    ));
+                }
             }
         }
     }
@@ -763,166 +790,174 @@ async fn every_corpus_string_in_every_string_field_is_stored_or_refused_by_name_
         keep: true,
         ..Checks::default()
     };
-    let c = encoded(cluster);
-    for uri in [
-        format!("/ui/?cluster={c}"),
-        format!("/ui/timeline?cluster={c}"),
-        format!("/ui/timeline?cluster={c}&kind=membership"),
-        format!("/ui/timeline?cluster={c}&kind=singleton"),
-        format!("/ui/timeline?cluster={c}&kind=router"),
-        format!("/ui/timeline?cluster={c}&kind=health"),
-        format!("/ui/singletons?cluster={c}"),
-        format!("/ui/routers?cluster={c}"),
-        format!("/ui/dead-letters?cluster={c}"),
-        format!("/ui/node?cluster={c}&node={}", encoded("127.0.0.1:2552")),
-    ] {
-        let answer = call(&app, TestRequest::get().uri(&uri).to_request()).await;
-        checks.html(&uri, answer, &corpus);
-    }
-    let api = format!("/api/v1/clusters/{c}");
-    for uri in [
-        "/api/v1/clusters".to_owned(),
-        api.clone(),
-        format!("{api}/nodes"),
-        format!("{api}/dead-letters/per-minute"),
-        format!("{api}/routers"),
-        format!("/management/{c}/cluster/members"),
-    ] {
-        let answer = call(&app, TestRequest::get().uri(&uri).to_request()).await;
-        checks.json(&uri, answer);
-    }
-    router_depths(&app, &mut checks, &api).await;
-    let routers = call(
-        &app,
-        TestRequest::get()
-            .uri(&format!("{api}/routers"))
-            .to_request(),
-    )
-    .await;
-    assert!(
-        routers.2.len() > 2,
-        "the corpus batches report routers: {}",
-        routers.2
-    );
-    // Paged lists, every page.
-    for first in [
-        format!("{api}/events?limit=1000"),
-        format!("{api}/dead-letters?limit=1000"),
-    ] {
-        let mut uri = first.clone();
-        loop {
-            let answer = call(&app, TestRequest::get().uri(&uri).to_request()).await;
-            let page = checks.json(&uri, answer);
-            match page["next_cursor"].as_str() {
-                Some(cursor) => uri = format!("{first}&cursor={}", encoded(cursor)),
-                None => break,
-            }
-        }
-    }
-    // Each member and each singleton on its own, by its exact spelling.
-    let members = checks.json(
-        "members",
-        call(
-            &app,
-            TestRequest::get()
-                .uri(&format!("{api}/members?include_removed=true"))
-                .to_request(),
-        )
-        .await,
-    );
-    let members: Vec<String> = members["members"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["node"].as_str().unwrap().to_owned())
-        .collect();
-    for member in &members {
-        let uri = format!("{api}/members/{}", encoded(member));
-        let answer = checks.json(
-            &uri,
-            call(&app, TestRequest::get().uri(&uri).to_request()).await,
-        );
-        assert_eq!(answer["node"], *member);
-    }
-    let singletons = checks.json(
-        "singletons",
-        call(
-            &app,
-            TestRequest::get()
-                .uri(&format!("{api}/singletons"))
-                .to_request(),
-        )
-        .await,
-    );
-    let singletons = singletons.as_array().expect("a list of singletons");
-    assert!(
-        !singletons.is_empty(),
-        "the corpus batches report singletons"
-    );
-    for singleton in singletons {
-        let name = singleton["name"].as_str().unwrap();
-        let uri = format!("{api}/singletons/{}", encoded(name));
-        let answer = checks.json(
-            &uri,
-            call(&app, TestRequest::get().uri(&uri).to_request()).await,
-        );
-        assert_eq!(answer["singleton"]["name"], name);
-    }
-    // The identity clusters: listed, and each one's nodes and node page; the overview of one
-    // (its cluster switcher names them all).
-    checks.keep = false;
-    for (k, (cluster, node)) in clusters.iter().enumerate() {
-        let (c, n) = (encoded(cluster), encoded(node));
-        let mut pages = vec![format!("/ui/node?cluster={c}&node={n}")];
-        if k == 0 {
-            pages.push(format!("/ui/?cluster={c}"));
-        }
-        for uri in pages {
+    if part == Part::Body {
+        let c = encoded(cluster);
+        for uri in [
+            format!("/ui/?cluster={c}"),
+            format!("/ui/timeline?cluster={c}"),
+            format!("/ui/timeline?cluster={c}&kind=membership"),
+            format!("/ui/timeline?cluster={c}&kind=singleton"),
+            format!("/ui/timeline?cluster={c}&kind=router"),
+            format!("/ui/timeline?cluster={c}&kind=health"),
+            format!("/ui/singletons?cluster={c}"),
+            format!("/ui/routers?cluster={c}"),
+            format!("/ui/dead-letters?cluster={c}"),
+            format!("/ui/node?cluster={c}&node={}", encoded("127.0.0.1:2552")),
+            format!("/ui/map?cluster={c}"),
+        ] {
             let answer = call(&app, TestRequest::get().uri(&uri).to_request()).await;
             checks.html(&uri, answer, &corpus);
         }
-        let uri = format!("/api/v1/clusters/{}/nodes", encoded(cluster));
-        let nodes = checks.json(
-            &uri,
-            call(&app, TestRequest::get().uri(&uri).to_request()).await,
-        );
-        assert_eq!(nodes[0]["node"], *node, "{uri}: {nodes}");
-    }
-    let listed = checks.json(
-        "/api/v1/clusters",
-        call(
+        let api = format!("/api/v1/clusters/{c}");
+        for uri in [
+            "/api/v1/clusters".to_owned(),
+            api.clone(),
+            format!("{api}/nodes"),
+            format!("{api}/dead-letters/per-minute"),
+            format!("{api}/routers"),
+            format!("/management/{c}/cluster/members"),
+        ] {
+            let answer = call(&app, TestRequest::get().uri(&uri).to_request()).await;
+            checks.json(&uri, answer);
+        }
+        router_depths(&app, &mut checks, &api).await;
+        let routers = call(
             &app,
-            TestRequest::get().uri("/api/v1/clusters").to_request(),
+            TestRequest::get()
+                .uri(&format!("{api}/routers"))
+                .to_request(),
         )
-        .await,
-    );
-    let listed: BTreeSet<&str> = listed
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|c| c["name"].as_str())
-        .collect();
-    for (cluster, _) in &clusters {
-        assert!(listed.contains(cluster.as_str()), "{cluster:?} is listed");
+        .await;
+        assert!(
+            routers.2.len() > 2,
+            "the corpus batches report routers: {}",
+            routers.2
+        );
+        // Paged lists, every page.
+        for first in [
+            format!("{api}/events?limit=1000"),
+            format!("{api}/dead-letters?limit=1000"),
+        ] {
+            let mut uri = first.clone();
+            loop {
+                let answer = call(&app, TestRequest::get().uri(&uri).to_request()).await;
+                let page = checks.json(&uri, answer);
+                match page["next_cursor"].as_str() {
+                    Some(cursor) => uri = format!("{first}&cursor={}", encoded(cursor)),
+                    None => break,
+                }
+            }
+        }
+        // Each member and each singleton on its own, by its exact spelling.
+        let members = checks.json(
+            "members",
+            call(
+                &app,
+                TestRequest::get()
+                    .uri(&format!("{api}/members?include_removed=true"))
+                    .to_request(),
+            )
+            .await,
+        );
+        let members: Vec<String> = members["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["node"].as_str().unwrap().to_owned())
+            .collect();
+        for member in &members {
+            let uri = format!("{api}/members/{}", encoded(member));
+            let answer = checks.json(
+                &uri,
+                call(&app, TestRequest::get().uri(&uri).to_request()).await,
+            );
+            assert_eq!(answer["node"], *member);
+        }
+        let singletons = checks.json(
+            "singletons",
+            call(
+                &app,
+                TestRequest::get()
+                    .uri(&format!("{api}/singletons"))
+                    .to_request(),
+            )
+            .await,
+        );
+        let singletons = singletons.as_array().expect("a list of singletons");
+        assert!(
+            !singletons.is_empty(),
+            "the corpus batches report singletons"
+        );
+        for singleton in singletons {
+            let name = singleton["name"].as_str().unwrap();
+            let uri = format!("{api}/singletons/{}", encoded(name));
+            let answer = checks.json(
+                &uri,
+                call(&app, TestRequest::get().uri(&uri).to_request()).await,
+            );
+            assert_eq!(answer["singleton"]["name"], name);
+        }
     }
 
-    // Each accepted string was shown: exactly, in a JSON answer; escaped, on a page.
-    for p in &corpus {
-        if p.text.contains('\0') {
-            continue;
+    if part == Part::Identity {
+        // The identity clusters: listed, and each one's nodes and node page; the overview of one
+        // (its cluster switcher names them all).
+        checks.keep = false;
+        for (k, (cluster, node)) in clusters.iter().enumerate() {
+            let (c, n) = (encoded(cluster), encoded(node));
+            let mut pages = vec![format!("/ui/node?cluster={c}&node={n}")];
+            if k == 0 {
+                pages.push(format!("/ui/?cluster={c}"));
+            }
+            for uri in pages {
+                let answer = call(&app, TestRequest::get().uri(&uri).to_request()).await;
+                checks.html(&uri, answer, &corpus);
+            }
+            let uri = format!("/api/v1/clusters/{}/nodes", encoded(cluster));
+            let nodes = checks.json(
+                &uri,
+                call(&app, TestRequest::get().uri(&uri).to_request()).await,
+            );
+            assert_eq!(nodes[0]["node"], *node, "{uri}: {nodes}");
         }
-        assert!(
-            checks.shown_json.contains(&p.text),
-            "{p} is in an API answer, exactly"
+        let listed = checks.json(
+            "/api/v1/clusters",
+            call(
+                &app,
+                TestRequest::get().uri("/api/v1/clusters").to_request(),
+            )
+            .await,
         );
-        assert!(
-            checks.shown_html.contains(&escaped(&p.text)),
-            "{p} is on a dashboard page, escaped"
-        );
+        let listed: BTreeSet<&str> = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|c| c["name"].as_str())
+            .collect();
+        for (cluster, _) in &clusters {
+            assert!(listed.contains(cluster.as_str()), "{cluster:?} is listed");
+        }
+    }
+
+    if part == Part::Body {
+        // Each accepted string was shown: exactly, in a JSON answer; escaped, on a page.
+        for p in &corpus {
+            if p.text.contains('\0') {
+                continue;
+            }
+            assert!(
+                checks.shown_json.contains(&p.text),
+                "{p} is in an API answer, exactly"
+            );
+            assert!(
+                checks.shown_html.contains(&escaped(&p.text)),
+                "{p} is on a dashboard page, escaped"
+            );
+        }
     }
 
     println!(
-        "hostile strings: {} fields walked ({} string leaves), {} corpus strings, {sent} placements sent \
+        "hostile strings ({part:?}): {} fields walked ({} string leaves), {} corpus strings, {sent} placements sent \
          ({} refused by name), {} answers checked; stored in {:.1?}, all in {:.1?}",
         fields.len(),
         free.len(),

@@ -269,6 +269,7 @@ async fn every_answer_says_nosniff_and_no_json_answer_or_event_holds_raw_markup(
         format!("/ui/routers?cluster={c}"),
         format!("/ui/dead-letters?cluster={c}"),
         format!("/ui/node?cluster={c}&node={n}"),
+        format!("/ui/map?cluster={c}"),
         format!("/ui/timeline?cluster={c}&kind={n}"),
         format!("/ui/assets/{n}"),
         format!("/nowhere/{n}"),
@@ -280,7 +281,7 @@ async fn every_answer_says_nosniff_and_no_json_answer_or_event_holds_raw_markup(
     for link in overview.split("\"/ui/assets/").skip(1) {
         pages.push(format!("/ui/assets/{}", &link[..link.find('"').unwrap()]));
     }
-    assert!(pages.len() > 14, "the overview links its assets");
+    assert!(pages.len() > 15, "the overview links its assets");
     for page in &pages {
         checked(
             page,
