@@ -178,19 +178,17 @@ fn walk(
                 }
             }
         }
-        Value::Array(items) => {
-            if schema.get("items").is_some() {
-                for (i, item) in items.iter().enumerate() {
-                    walk(
-                        schemas,
-                        &schema["items"],
-                        owner,
-                        field,
-                        item,
-                        &format!("{path}[{i}]"),
-                        out,
-                    );
-                }
+        Value::Array(items) if schema.get("items").is_some() => {
+            for (i, item) in items.iter().enumerate() {
+                walk(
+                    schemas,
+                    &schema["items"],
+                    owner,
+                    field,
+                    item,
+                    &format!("{path}[{i}]"),
+                    out,
+                );
             }
         }
         Value::String(_) | Value::Number(_) if !types(schema).is_empty() => {
