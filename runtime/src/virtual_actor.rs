@@ -48,6 +48,9 @@
 //!   host actor (`host.rs`): lookup, claim, start, forward, idle passivation, hand-off on leave,
 //!   eviction and fencing, bounded per-key buffers whose overflow is a dead letter
 //!   ([`crate::DeadLetterReason::VirtualActor`]).
+//! - graceful hand-off: [`VirtualActors::hand_off`] (or [`VirtualActorType::hand_off`]) before
+//!   [`Cluster::leave`] stops every activation here, releases its claim and waits until none is
+//!   left; what arrives meanwhile waits (bounded) and goes on in order to the key's next host.
 //! - rebalancing, as a pure `step` machine of one host (`rebalance.rs`); it has no shell yet,
 //!   so it never runs (off, as its default is).
 //!
@@ -64,7 +67,10 @@ mod rebalance;
 use std::any::{Any, TypeId};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
@@ -79,7 +85,7 @@ pub use placement::{
 
 use crate::actor::Actor;
 use crate::actor_ref::ActorRef;
-use crate::ask::{AskRequest, ReplyTo};
+use crate::ask::{AskError, AskRequest, ReplyTo};
 use crate::cluster::Cluster;
 use crate::path::{InvalidName, validate_name};
 use crate::props::Props;
@@ -163,6 +169,21 @@ struct Entry {
     /// An `ActorRef<HostMsg<M>>`.
     host: Arc<dyn Any + Send + Sync>,
     is_terminated: Box<dyn Fn() -> bool + Send + Sync>,
+    /// [`VirtualActorType::hand_off`], without the message type.
+    hand_off: Box<dyn Fn(Duration) -> HandOffFuture + Send + Sync>,
+}
+
+type HandOffFuture = Pin<Box<dyn Future<Output = Result<(), AskError>> + Send>>;
+
+/// A virtual actor type that did not confirm its hand-off in time.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("virtual actor type {type_name:?} did not hand off: {source}")]
+pub struct HandOffError {
+    /// The type.
+    pub type_name: String,
+    /// The ask's error (a timeout: some claim was not released in time).
+    #[source]
+    pub source: AskError,
 }
 
 /// The virtual actor API of one node: `VirtualActors::get(&cluster)`.
@@ -243,6 +264,7 @@ impl VirtualActors {
             .system()
             .spawn_system(&format!("virtual-{type_name}"), props)?;
         let watched = host.clone();
+        let handing = host.clone();
         entries.insert(
             Arc::clone(&name),
             Entry {
@@ -250,6 +272,10 @@ impl VirtualActors {
                 message_type_name: std::any::type_name::<A::Msg>(),
                 host: Arc::new(host.clone()),
                 is_terminated: Box::new(move || watched.is_terminated()),
+                hand_off: Box::new(move |timeout| {
+                    let host = handing.clone();
+                    Box::pin(async move { hand_off(&host, timeout).await })
+                }),
             },
         );
         Ok(VirtualActorType {
@@ -292,6 +318,45 @@ impl VirtualActors {
             type_name: Arc::clone(entries.get_key_value(type_name).expect("found above").0),
             host,
         })
+    }
+
+    /// Hand off every virtual actor type this node hosts, as
+    /// [`VirtualActorType::hand_off`] does for one, all at once; resolves when every one has.
+    /// Call it before [`Cluster::leave`] so that no claim outlives the node.
+    ///
+    /// # Errors
+    /// [`HandOffError`] naming the first type that did not confirm within `timeout`.
+    pub async fn hand_off(&self, timeout: Duration) -> Result<(), HandOffError> {
+        let pending: Vec<(Arc<str>, HandOffFuture)> = {
+            let entries = self.registry.entries.lock();
+            entries
+                .iter()
+                .filter(|(_, e)| !(e.is_terminated)())
+                .map(|(name, e)| (Arc::clone(name), (e.hand_off)(timeout)))
+                .collect()
+        };
+        // Each runs on its own task so that every host starts handing off at once.
+        let tasks: Vec<_> = pending
+            .into_iter()
+            .map(|(name, future)| (name, tokio::spawn(future)))
+            .collect();
+        let mut first_error = None;
+        for (name, task) in tasks {
+            let outcome = match task.await {
+                Ok(outcome) => outcome,
+                // The task cannot panic; a cancelled runtime ends the wait.
+                Err(_) => continue,
+            };
+            if let Err(source) = outcome
+                && first_error.is_none()
+            {
+                first_error = Some(HandOffError {
+                    type_name: name.to_string(),
+                    source,
+                });
+            }
+        }
+        first_error.map_or(Ok(()), Err)
     }
 
     /// Make hosts taking `M` deliverable from other nodes.
@@ -371,12 +436,36 @@ impl<M: RemoteMessage> VirtualActorType<M> {
             .ok()
     }
 
+    /// Hand this node's activations of the type off, as a graceful leave does, and resolve once
+    /// this host holds no claim in the directory: every activation stops after the messages it
+    /// was given and releases its claim; messages that arrive meanwhile wait in the key's
+    /// bounded buffer and then go, in arrival order, to the key's next host (placement leaves
+    /// this node out from now on). The host keeps routing what reaches it afterwards, so call
+    /// [`Cluster::leave`] after this: leaving without it hands off too, but nothing waits for
+    /// the claims before the node exits.
+    ///
+    /// # Errors
+    /// [`AskError::Timeout`] when the hand-off did not finish within `timeout` (a release
+    /// still in flight), [`AskError::Undeliverable`] when the host has stopped.
+    pub async fn hand_off(&self, timeout: Duration) -> Result<(), AskError> {
+        hand_off(&self.host, timeout).await
+    }
+
     /// Stop hosting on this node: the activations here stop and give their claims back (the
     /// next message for those keys activates them elsewhere). Resolves once the host stopped.
     pub async fn stop(&self) {
         self.host.stop();
         self.host.terminated().await;
     }
+}
+
+async fn hand_off<M: Send + 'static>(
+    host: &ActorRef<HostMsg<M>>,
+    timeout: Duration,
+) -> Result<(), AskError> {
+    host.ask(|reply: ReplyTo<()>| HostMsg(Inbound::HandOff { reply }))
+        .timeout(timeout)
+        .await
 }
 
 /// The handle of one virtual actor: (type, key). `tell` and `ask` work as on an [`ActorRef`];

@@ -3,6 +3,7 @@
 //! this file only composes their routes (no resource imports it).
 
 mod allow;
+pub mod audit;
 pub mod clusters;
 pub mod dead_letters;
 pub mod directory;
@@ -75,6 +76,13 @@ pub fn configure(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
                     )
                     .service(
                         resource("/clusters/{cluster}/nodes", "GET").route(get().to(nodes::list)),
+                    )
+                    .service(
+                        resource("/clusters/{cluster}/audit", "GET").route(get().to(audit::list)),
+                    )
+                    .service(
+                        resource("/audit/coordination", "GET")
+                            .route(get().to(audit::list_coordination)),
                     )
                     .service(
                         resource("/clusters/{cluster}/events", "GET").route(get().to(events::list)),

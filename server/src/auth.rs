@@ -139,6 +139,43 @@ impl Tokens {
     pub fn require_admin(&self, req: &HttpRequest) -> Result<(), ApiError> {
         check(req, self.admin.as_deref())
     }
+
+    /// Which token `req` presents for an admin action, as the audit trail names it: the admin
+    /// token's [`token_id`], `none` without a bearer token, `unknown` for any other. A wrong
+    /// token gets no digest: it may be a near miss of the real one.
+    #[must_use]
+    pub fn admin_caller(&self, req: &HttpRequest) -> String {
+        caller(req, "admin", self.admin.as_deref())
+    }
+
+    /// [`Tokens::admin_caller`] for a coordination action: `coordination:` and the digest of
+    /// the coordination token, `none` or `unknown`.
+    #[must_use]
+    pub fn coordination_caller(&self, req: &HttpRequest) -> String {
+        caller(req, "coordination", self.coordination.as_deref())
+    }
+}
+
+fn caller(req: &HttpRequest, kind: &str, expected: Option<&str>) -> String {
+    match (presented(req), expected) {
+        (None, _) => "none".to_owned(),
+        (Some(token), Some(expected))
+            if constant_time_eq(token.as_bytes(), expected.as_bytes()) =>
+        {
+            token_id(kind, expected)
+        }
+        (Some(_), _) => "unknown".to_owned(),
+    }
+}
+
+/// A stable id of a configured token that does not give it away: `<kind>:` and the first 12
+/// hex digits of the token's SHA-256 (`admin:16175223c8dd`).
+#[must_use]
+pub fn token_id(kind: &str, token: &str) -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(token.as_bytes());
+    let hex: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{kind}:{hex}")
 }
 
 /// The bearer token `req` carries.
@@ -238,6 +275,39 @@ mod tests {
         assert!(tokens.require_ingest(&bearer("s")).is_ok());
         assert!(tokens.require_ingest(&bearer("")).is_err());
         assert!(tokens.require_ingest(&bearer("global")).is_err());
+    }
+
+    #[test]
+    fn the_admin_caller_is_named_by_a_digest_of_its_token_and_never_by_the_token() {
+        let tokens = Tokens::new("secret".into(), Some("admin-secret".into()));
+        let admin = tokens.admin_caller(&bearer("admin-secret"));
+        // sha256("admin-secret") begins 16175223c8dd: stable across restarts and replicas.
+        assert_eq!(admin, "admin:16175223c8dd");
+        assert!(
+            admin.starts_with("admin:") && admin.len() == "admin:".len() + 12,
+            "{admin}"
+        );
+        assert!(!admin.contains("secret"), "{admin}");
+        assert_eq!(tokens.admin_caller(&bearer("admin-secre")), "unknown");
+        assert_eq!(tokens.admin_caller(&bearer("secret")), "unknown");
+        assert_eq!(
+            tokens.admin_caller(&TestRequest::default().to_http_request()),
+            "none"
+        );
+        assert_eq!(
+            Tokens::new("secret".into(), None).admin_caller(&bearer("admin-secret")),
+            "unknown"
+        );
+        let coordination =
+            Tokens::new("secret".into(), None).with_coordination(Some("admin-secret".into()));
+        assert_eq!(
+            coordination.coordination_caller(&bearer("admin-secret")),
+            "coordination:16175223c8dd"
+        );
+        assert_eq!(
+            coordination.coordination_caller(&bearer("secret")),
+            "unknown"
+        );
     }
 
     #[test]

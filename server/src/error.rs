@@ -81,6 +81,16 @@ impl ApiError {
             _ => None,
         }
     }
+
+    /// What a response says: the error's own text, or the fixed sentence of a failure whose
+    /// text comes from a database or a backend.
+    #[must_use]
+    pub fn public_text(&self) -> String {
+        match self.public_message() {
+            Some(message) => message.to_owned(),
+            None => self.to_string(),
+        }
+    }
 }
 
 /// The error body.
@@ -111,10 +121,7 @@ impl ResponseError for ApiError {
 
     fn error_response(&self) -> HttpResponse {
         let status = self.status_code();
-        let error = match self.public_message() {
-            Some(message) => message.to_owned(),
-            None => self.to_string(),
-        };
+        let error = self.public_text();
         if status.is_server_error() {
             tracing::error!(error = %self, status = status.as_u16(), "request failed");
         }

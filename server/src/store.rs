@@ -16,6 +16,7 @@
 //! batches queued meanwhile served between them (see `sqlite`): a retry after a crash
 //! midway resumes after the last stored chunk.
 
+mod audit;
 mod error;
 mod ingest;
 mod model;
@@ -35,6 +36,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{PgPool, SqlitePool};
 use troupe_protocol::{OperationKind, ReportBatch};
 
+pub use audit::{AuditFilter, AuditOutcome, AuditRow, AuditScope, MAX_REFUSED, NewAuditEntry};
 pub use error::StoreError;
 pub use model::{
     AgentRow, ClusterRow, ClusterSnapshot, DeadLetterRow, DepthTickRow, EventRow, IngestOutcome,
@@ -653,6 +655,9 @@ impl Store {
                     .rows_affected());
             }
         }
+        deleted += self
+            .delete_coordination_audit_older_than(cutoff_ms, chunk)
+            .await?;
         Ok(deleted)
     }
 }
@@ -724,5 +729,97 @@ fn push_dead_letter_filter<DB: sqlx::Database>(
     }
     if let Some(until) = filter.until_ms {
         q.push(" AND d.at_ms < ").push_bind(until);
+    }
+}
+
+/// The audit trail (`audit_entries`; the SQL and the types are in `store/audit.rs`).
+impl Store {
+    /// Writes an audit entry in `scope` (then trims its refused entries to [`MAX_REFUSED`]);
+    /// returns its id.
+    pub async fn record_audit(
+        &self,
+        scope: AuditScope,
+        entry: &NewAuditEntry,
+    ) -> Result<i64, StoreError> {
+        let id: i64 = with_pool!(self, |pool| sqlx::query_scalar(audit::INSERT)
+            .bind(scope.cluster_id())
+            .bind(entry.at_ms)
+            .bind(entry.token_id.as_str())
+            .bind(entry.action.as_str())
+            .bind(entry.target.as_str())
+            .bind(entry.outcome.as_str())
+            .bind(i64::from(entry.status))
+            .bind(entry.reason.as_str())
+            .bind(entry.operation_id)
+            .fetch_one(pool)
+            .await?);
+        if entry.outcome == AuditOutcome::Refused {
+            match scope {
+                AuditScope::Cluster(cluster_id) => {
+                    with_pool!(self, |pool| sqlx::query(audit::PRUNE_REFUSED)
+                        .bind(cluster_id)
+                        .bind(MAX_REFUSED)
+                        .execute(pool)
+                        .await?
+                        .rows_affected())
+                }
+                AuditScope::Coordination => {
+                    with_pool!(self, |pool| sqlx::query(audit::PRUNE_REFUSED_COORDINATION)
+                        .bind(MAX_REFUSED)
+                        .execute(pool)
+                        .await?
+                        .rows_affected())
+                }
+            };
+        }
+        Ok(id)
+    }
+
+    /// Deletes at most `chunk` coordination entries older than `cutoff_ms`; returns how many.
+    pub(crate) async fn delete_coordination_audit_older_than(
+        &self,
+        cutoff_ms: i64,
+        chunk: i64,
+    ) -> Result<u64, StoreError> {
+        Ok(with_pool!(self, |pool| sqlx::query(
+            audit::RETENTION_COORDINATION
+        )
+        .bind(cutoff_ms)
+        .bind(chunk)
+        .execute(pool)
+        .await?
+        .rows_affected()))
+    }
+
+    /// One page of the audit entries of `scope`, newest (by server time) first.
+    pub async fn audit_entries(
+        &self,
+        scope: AuditScope,
+        filter: &AuditFilter,
+    ) -> Result<Vec<AuditRow>, StoreError> {
+        Ok(with_pool!(self, |pool| {
+            let mut q = sqlx::QueryBuilder::new(audit::SELECT);
+            match scope {
+                AuditScope::Cluster(cluster_id) => {
+                    q.push("a.cluster_id = ").push_bind(cluster_id);
+                }
+                AuditScope::Coordination => {
+                    q.push("a.cluster_id IS NULL");
+                }
+            }
+            if let Some(target) = &filter.target {
+                q.push(" AND a.target = ").push_bind(target.clone());
+            }
+            if let Some((at_ms, id)) = filter.before {
+                q.push(" AND (a.at_ms, a.id) < (")
+                    .push_bind(at_ms)
+                    .push(", ")
+                    .push_bind(id)
+                    .push(")");
+            }
+            q.push(" ORDER BY a.at_ms DESC, a.id DESC LIMIT ")
+                .push_bind(filter.limit);
+            q.build_query_as().fetch_all(pool).await?
+        }))
     }
 }

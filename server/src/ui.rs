@@ -13,6 +13,7 @@
 //! only the server's own script and stylesheet (no inline script, no inline style), and
 //! `nosniff`; templates escape every value (see `troupe-web`).
 
+mod audit;
 mod dead_letters;
 mod events;
 mod map;
@@ -37,6 +38,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/ui/singletons", web::get().to(singletons::page))
         .route("/ui/routers", web::get().to(routers::page))
         .route("/ui/dead-letters", web::get().to(dead_letters::page))
+        .route("/ui/audit", web::get().to(audit::page))
         .route("/ui/node", web::get().to(node::page))
         .route("/ui/map", web::get().to(map::fragment))
         .route("/ui/assets/{name}", web::get().to(asset));

@@ -495,3 +495,132 @@ async fn with_a_viewer_token_chromium_is_refused_without_it_and_sees_the_live_da
         assert_eq!(statuses[what], expected, "{what}: {results:#}");
     }
 }
+
+/// The audit trail as a person sees it: with member operations on, `web/e2e/audit.mjs` asks
+/// for a leave through `PUT /api/v1/clusters/prod/members/{a}` and finds the accepted entry on
+/// the audit page (the admin token's id, the operation's id, never the token), a down with a
+/// wrong token listed as refused, the node page's link to its entries, and a hostile cluster's
+/// audit page (the XSS corpus as targets and reasons) running nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leave_through_the_management_api_appears_on_the_audit_page_in_chromium() {
+    const ADMIN: &str = "audit-browser-admin-token";
+    let e2e = repo().join("web/e2e");
+    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".to_owned());
+    require(
+        "Chromium",
+        Path::new(&chromium).exists(),
+        "apt-get install chromium (scripts/test does)",
+    );
+    require(
+        "playwright-core",
+        e2e.join("node_modules/playwright-core").exists(),
+        "run `npm ci` in web/e2e (scripts/test does)",
+    );
+
+    let file = TestSqliteFile::new();
+    let mut config = Config::defaults();
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    config.sqlite_path = file.path().to_owned();
+    config.ingest_token = Some(TOKEN.to_owned());
+    config.admin_token = Some(ADMIN.to_owned());
+    config.enable_member_operations = true;
+    config.workers = Some(2);
+    config.shutdown_timeout_secs = 2;
+    let app = App::build(config).await.expect("server starts");
+    let addr = app.local_addr();
+    let trigger = app.shutdown_trigger();
+    let server = tokio::spawn(app.run());
+
+    let t = now();
+    let member = "10.0.0.2:2552";
+    let payloads = hostile::payloads();
+    let mut seed = history(t);
+    seed.push(
+        BatchBuilder::new(XSS_CLUSTER, "10.0.0.1:2552", 1)
+            .sent_at(t)
+            .member(
+                t,
+                EventBody::MemberUp,
+                "10.0.0.1:2552",
+                MemberStatus::Up,
+                &[],
+            )
+            .build(),
+    );
+    let xss_path = hostile::encoded(XSS_CLUSTER);
+    tokio::task::spawn_blocking(move || {
+        let mut client = HttpClient::new(addr);
+        for batch in seed {
+            let body = serde_json::to_vec(&batch).unwrap();
+            let resp = client
+                .request("POST", "/api/v1/ingest", Some(TOKEN), &body)
+                .expect("ingest");
+            assert_eq!(resp.status, 200, "{}", resp.body);
+        }
+        // Every payload as the target of a leave: refused (no such member), the payload kept
+        // as the target and repeated in the reason.
+        for p in &payloads {
+            let path = format!(
+                "/api/v1/clusters/{xss_path}/members/{}",
+                hostile::encoded(p)
+            );
+            let resp = client
+                .request("DELETE", &path, Some(ADMIN), b"")
+                .expect("leave");
+            assert!(
+                resp.status == 404 || resp.status == 400,
+                "{p:?}: {} {}",
+                resp.status,
+                resp.body
+            );
+        }
+    })
+    .await
+    .unwrap();
+
+    let artifacts = artifacts();
+    let run = tokio::process::Command::new("node")
+        .arg(e2e.join("audit.mjs"))
+        .current_dir(&e2e)
+        .env("TROUPE_URL", format!("http://{addr}"))
+        .env("TROUPE_ADMIN_TOKEN", ADMIN)
+        .env(
+            "TROUPE_ADMIN_ID",
+            troupe_server::auth::token_id("admin", ADMIN),
+        )
+        .env("TROUPE_MEMBER", member)
+        .env("TROUPE_XSS_CLUSTER", XSS_CLUSTER)
+        .env("TROUPE_ARTIFACTS", &artifacts)
+        .env("CHROMIUM", &chromium)
+        .env("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("the browser script finishes within 60 s")
+        .expect("node runs (install Node.js)");
+    trigger.shutdown();
+    let _ = tokio::time::timeout(Duration::from_secs(10), server).await;
+
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let results: serde_json::Value = stdout
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| {
+            panic!("no results from the browser script\nstdout: {stdout}\nstderr: {stderr}")
+        });
+    println!("audit results: {results:#}");
+    assert!(
+        output.status.success(),
+        "audit checks failed: {:#}\nstderr: {stderr}",
+        results["problems"]
+    );
+    for page in ["audit", "xss-audit"] {
+        assert!(
+            artifacts.join(format!("{page}.png")).exists(),
+            "a screenshot of {page}"
+        );
+    }
+}

@@ -1,8 +1,11 @@
 //! The pages: one askama template and one view-model per concern. The server fills them from
 //! its store; every field is plain, already-decided data (texts, classes, links, geometry).
 
+mod audit;
+
 use askama::Template;
 
+pub use self::audit::{AuditPage, AuditView, outcome_class};
 use crate::chart::{Chart, Lifetimes};
 use crate::format::{TimeText, href};
 use crate::map::ClusterMap;
@@ -20,6 +23,8 @@ pub enum Section {
     Routers,
     /// Dead letters.
     DeadLetters,
+    /// The audit trail of management actions.
+    Audit,
     /// One node.
     Node,
 }
@@ -34,6 +39,7 @@ impl Section {
             Self::Singletons => "/ui/singletons",
             Self::Routers => "/ui/routers",
             Self::DeadLetters => "/ui/dead-letters",
+            Self::Audit => "/ui/audit",
             Self::Node => "/ui/node",
         }
     }
@@ -45,6 +51,7 @@ impl Section {
             Self::Singletons => "Singletons",
             Self::Routers => "Routers & mailboxes",
             Self::DeadLetters => "Dead letters",
+            Self::Audit => "Audit",
             Self::Node => "Node",
         }
     }
@@ -125,6 +132,7 @@ impl Layout {
             Section::Singletons,
             Section::Routers,
             Section::DeadLetters,
+            Section::Audit,
         ]
         .into_iter()
         .map(|s| NavLink {
@@ -569,6 +577,10 @@ pub struct NodePage {
     pub mailboxes: Vec<MailboxView>,
     /// Link to its events on the timeline.
     pub timeline_href: String,
+    /// Link to the management actions about it on the audit page.
+    pub audit_href: String,
+    /// How many management actions about it the audit trail holds ("3", or "100+").
+    pub audit_count: String,
 }
 
 /// A page that could not be shown.

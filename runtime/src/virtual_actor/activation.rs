@@ -185,6 +185,10 @@ pub(crate) enum Event<T> {
         /// Its activations.
         activations: u64,
     },
+    /// A host is handing off (it said so, or the view shows it leaving): no new activation goes
+    /// there, but routes to it stay (it forwards what it no longer hosts). Forgotten when it
+    /// leaves the view.
+    Departing(UniqueAddress),
     /// The idle timer of `key` (asked for by [`Action::ScheduleIdleCheck`]) fired.
     IdleCheck {
         /// The key.
@@ -305,6 +309,8 @@ pub(crate) struct ActivationState<T> {
     policy: Arc<dyn PlacementPolicy>,
     rng: SmallRng,
     members: BTreeSet<UniqueAddress>,
+    /// Members that are handing off: never placement candidates.
+    departing: BTreeSet<UniqueAddress>,
     /// Activation counts other hosts published, plus the placements this host made since.
     loads: BTreeMap<UniqueAddress, u64>,
     keys: BTreeMap<String, KeyState<T>>,
@@ -340,6 +346,7 @@ impl<T> ActivationState<T> {
             policy,
             rng: SmallRng::seed_from_u64(seed),
             members: BTreeSet::new(),
+            departing: BTreeSet::new(),
             loads: BTreeMap::new(),
             keys: BTreeMap::new(),
             published: 0,
@@ -603,6 +610,7 @@ impl<T> ActivationState<T> {
             .members
             .iter()
             .filter(|h| **h != self.me || !self.leaving)
+            .filter(|h| !self.departing.contains(*h))
             .collect();
         let own = self.activations();
         let candidates: Vec<Candidate<'_>> = hosts
@@ -772,6 +780,7 @@ impl<T> ActivationState<T> {
             _ => true,
         });
         self.loads.retain(|host, _| members.contains(host));
+        self.departing.retain(|host| members.contains(host));
         self.members = members;
     }
 
@@ -909,6 +918,11 @@ pub(crate) fn step<T>(
         Event::Load { host, activations } => {
             if host != state.me {
                 state.loads.insert(host, activations);
+            }
+        }
+        Event::Departing(host) => {
+            if host != state.me && state.members.contains(&host) {
+                state.departing.insert(host);
             }
         }
         Event::IdleCheck { key } => state.on_idle_check(key, now, &mut out),

@@ -49,6 +49,7 @@ impl<M> std::fmt::Debug for HostMsg<M> {
             Inbound::Cluster(_) => "Cluster",
             Inbound::Resynced { .. } => "Resynced",
             Inbound::Status { .. } => "Status",
+            Inbound::HandOff { .. } => "HandOff",
         };
         write!(f, "HostMsg::{kind}")
     }
@@ -89,6 +90,12 @@ pub(super) enum Inbound<M> {
         /// Where the answer goes.
         reply: ReplyTo<HostStatus>,
     },
+    /// Hand every activation off (as on leave) and answer once this host holds no claim.
+    HandOff {
+        /// Answered when the machine reports [`activation::Action::HandedOff`] (at once when
+        /// it already has, or the host is fenced: a fenced host's claims are forfeit).
+        reply: ReplyTo<()>,
+    },
 }
 
 /// One host's view of one virtual actor type, answered by
@@ -126,6 +133,11 @@ pub(crate) enum VirtualWire {
         from: UniqueAddress,
         /// Its activation count.
         activations: u64,
+    },
+    /// `from` hands off: place nothing new there (it would only place it again).
+    Departing {
+        /// The host handing off.
+        from: UniqueAddress,
     },
 }
 
@@ -180,6 +192,10 @@ pub(super) struct VirtualHost<A: Actor> {
     published: u64,
     next_child: u64,
     leaving: bool,
+    /// The machine reported that this host holds no claim any more.
+    handed_off: bool,
+    /// Who waits for the hand-off.
+    hand_off_waiters: Vec<ReplyTo<()>>,
     fenced: bool,
     watch: Option<tokio::task::AbortHandle>,
 }
@@ -211,6 +227,8 @@ where
             published: 0,
             next_child: 0,
             leaving: false,
+            handed_off: false,
+            hand_off_waiters: Vec::new(),
             fenced: false,
             watch: None,
         }
@@ -356,6 +374,10 @@ where
             }
             Action::HandedOff => {
                 tracing::debug!(virtual_type = %self.type_name, "virtual actors handed off");
+                self.handed_off = true;
+                for waiter in self.hand_off_waiters.drain(..) {
+                    waiter.send(());
+                }
             }
         }
     }
@@ -456,6 +478,7 @@ where
                 },
                 ctx,
             ),
+            VirtualWire::Departing { from } => self.step(Event::Departing(from), ctx),
         }
     }
 
@@ -504,19 +527,34 @@ where
                     }
                 });
             }
-            // New hosts learn this one's load at once.
+            // New hosts learn this one's load at once, and that it hands off.
             let added: Vec<UniqueAddress> = members.difference(&self.members).cloned().collect();
-            for new in &added {
-                if *new != me && self.published > 0 {
+            for new in added.iter().filter(|n| **n != me) {
+                if self.published > 0 {
                     let count = self.published;
                     self.peer(new).tell(VirtualWire::Load {
                         from: me.clone(),
                         activations: count,
                     });
                 }
+                if self.leaving {
+                    self.peer(new)
+                        .tell(VirtualWire::Departing { from: me.clone() });
+                }
             }
             self.members = members.clone();
             self.step(Event::Members(members), ctx);
+        }
+        // Members the view shows leaving take no new activation.
+        for departing in view
+            .members
+            .iter()
+            .filter(|m| m.node != me)
+            .filter(|m| matches!(m.status, MemberStatus::Leaving | MemberStatus::Exiting))
+            .map(|m| m.node.clone())
+            .collect::<Vec<_>>()
+        {
+            self.step(Event::Departing(departing), ctx);
         }
         if !self.leaving
             && matches!(
@@ -524,8 +562,37 @@ where
                 Some(MemberStatus::Leaving | MemberStatus::Exiting)
             )
         {
-            self.leaving = true;
-            self.step(Event::Leave, ctx);
+            self.begin_leave(ctx);
+        }
+    }
+
+    /// Hand every activation off, and tell the other hosts to place nothing new here.
+    fn begin_leave(&mut self, ctx: &mut Context<Self>) {
+        self.leaving = true;
+        let me = self.cluster.self_node().clone();
+        for peer in self
+            .members
+            .iter()
+            .filter(|m| **m != me)
+            .cloned()
+            .collect::<Vec<_>>()
+        {
+            self.peer(&peer)
+                .tell(VirtualWire::Departing { from: me.clone() });
+        }
+        self.step(Event::Leave, ctx);
+    }
+
+    /// Start handing off (if this host has not already) and answer `reply` when done.
+    fn on_hand_off(&mut self, reply: ReplyTo<()>, ctx: &mut Context<Self>) {
+        if self.handed_off || self.fenced {
+            reply.send(());
+            return;
+        }
+        // Pushed first: a host with nothing to hand off reports `HandedOff` within the step.
+        self.hand_off_waiters.push(reply);
+        if !self.leaving {
+            self.begin_leave(ctx);
         }
     }
 
@@ -616,6 +683,7 @@ where
             Inbound::Cluster(notification) => self.on_cluster(&notification, ctx),
             Inbound::Resynced { owned, revision } => self.on_resynced(&owned, revision, ctx),
             Inbound::Status { reply } => reply.send(self.status()),
+            Inbound::HandOff { reply } => self.on_hand_off(reply, ctx),
         }
         Ok(())
     }

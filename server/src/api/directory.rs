@@ -13,6 +13,7 @@ use troupe_lease::directory::{
 use utoipa::{IntoParams, ToSchema};
 
 use super::allow::resource;
+use super::audit::{AskedCoordination, audited_coordination};
 use super::leases::name_ok;
 use crate::error::{ApiError, ErrorBody};
 use crate::request::{json_body, query_expecting};
@@ -238,16 +239,34 @@ pub async fn unclaim(
     req: HttpRequest,
     actor: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let service = state.coordination_for(&req)?;
-    let host: HostQuery = query_expecting(&req, "?host=<host>")?;
-    name_ok("actor id", &actor)?;
-    name_ok("host", &host.host)?;
-    let released = service
-        .directory()
-        .release(&actor, &host.host)
-        .await
-        .map_err(directory_error)?;
-    Ok(HttpResponse::Ok().json_body(ClaimReleasedDto { released }))
+    let host = serde_html_form::from_str::<HostQuery>(req.query_string())
+        .map(|q| q.host)
+        .unwrap_or_default();
+    let asked = AskedCoordination {
+        action: "coordination.claim.release",
+        target: format!("{actor} (host {host})"),
+    };
+    audited_coordination(&state, &req, asked, async {
+        let service = state.coordination_for(&req)?;
+        let host: HostQuery = query_expecting(&req, "?host=<host>")?;
+        name_ok("actor id", &actor)?;
+        name_ok("host", &host.host)?;
+        let released = service
+            .directory()
+            .release(&actor, &host.host)
+            .await
+            .map_err(directory_error)?;
+        let done = if released {
+            "released the claim"
+        } else {
+            "the host held no claim of it; nothing changed"
+        };
+        Ok((
+            done.to_owned(),
+            HttpResponse::Ok().json_body(ClaimReleasedDto { released }),
+        ))
+    })
+    .await
 }
 
 /// Remove every claim of `host`.
@@ -262,14 +281,28 @@ pub async fn evict(
     req: HttpRequest,
     host: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let service = state.coordination_for(&req)?;
-    name_ok("host", &host)?;
-    let released = service
-        .directory()
-        .evict_host(&host)
-        .await
-        .map_err(directory_error)?;
-    Ok(HttpResponse::Ok().json_body(EvictedDto { released }))
+    let asked = AskedCoordination {
+        action: "coordination.evict",
+        target: host.clone(),
+    };
+    audited_coordination(&state, &req, asked, async {
+        let service = state.coordination_for(&req)?;
+        name_ok("host", &host)?;
+        let released = service
+            .directory()
+            .evict_host(&host)
+            .await
+            .map_err(directory_error)?;
+        let done = format!(
+            "released {} claim{}{}{}",
+            released.len(),
+            if released.len() == 1 { "" } else { "s" },
+            if released.is_empty() { "" } else { ": " },
+            released.join(", ")
+        );
+        Ok((done, HttpResponse::Ok().json_body(EvictedDto { released })))
+    })
+    .await
 }
 
 /// Every claim and the revision it is current at.

@@ -12,6 +12,7 @@ use troupe_lease::lease::{FencingToken, LeaseError, LeaseSettings};
 use utoipa::ToSchema;
 
 use super::allow::resource;
+use super::audit::{AskedCoordination, audited_coordination};
 use crate::coordination::{Acquisition, GrantError};
 use crate::error::{ApiError, ErrorBody};
 use crate::request::json_body;
@@ -242,15 +243,33 @@ pub async fn release(
     name: web::Path<String>,
     bytes: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
-    let service = state.coordination_for(&req)?;
-    let request: GrantRequest = json_body(&bytes, r#"{"owner": string, "token": integer}"#)?;
-    name_ok("lease name", &name)?;
-    name_ok("owner", &request.owner)?;
-    let released = service
-        .release(&name, &request.owner, FencingToken(request.token))
-        .await
-        .map_err(grant_error)?;
-    Ok(HttpResponse::Ok().json_body(ReleasedDto { released }))
+    let request: Result<GrantRequest, ApiError> =
+        json_body(&bytes, r#"{"owner": string, "token": integer}"#);
+    let owner = request.as_ref().map(|r| r.owner.as_str()).unwrap_or("");
+    let asked = AskedCoordination {
+        action: "coordination.lease.release",
+        target: format!("{name} (owner {owner})"),
+    };
+    audited_coordination(&state, &req, asked, async {
+        let service = state.coordination_for(&req)?;
+        let request = request?;
+        name_ok("lease name", &name)?;
+        name_ok("owner", &request.owner)?;
+        let released = service
+            .release(&name, &request.owner, FencingToken(request.token))
+            .await
+            .map_err(grant_error)?;
+        let done = if released {
+            "released the grant"
+        } else {
+            "the owner did not hold it; nothing changed"
+        };
+        Ok((
+            done.to_owned(),
+            HttpResponse::Ok().json_body(ReleasedDto { released }),
+        ))
+    })
+    .await
 }
 
 /// The current grant of lease `name` at the backend, if any.

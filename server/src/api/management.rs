@@ -15,6 +15,7 @@
 //! member whose agent reported most recently (the freshest view it merged), or the leader when
 //! no member's agent reports. Leave and down are queued and carried out by the next agent of
 //! the cluster that reports (as on `/api/v1`); the 200 answer means accepted, as Akka's does.
+//! Each request for one, accepted or not, goes into the cluster's audit trail (see `audit`).
 //! Joining (`POST /cluster/members`) is not possible from outside the cluster: 405.
 //!
 //! Addresses are the full `troupe://<cluster>@host:port` (in a path, the address's exact
@@ -33,6 +34,7 @@ use serde_json::{Value, json};
 use troupe_protocol::{EventCategory, EventKind, MemberChange, OperationKind};
 use utoipa::ToSchema;
 
+use super::audit::{Asked, audited, member_action};
 use super::clusters::find_cluster;
 use super::members::{member_address, queue_operation};
 use super::stream::resume_from;
@@ -256,23 +258,29 @@ pub struct ManagementOperation {
     pub operation: String,
 }
 
+/// Carries out `operation` and answers the queued operation's id and Akka's answer.
 async fn operate(
     state: &AppState,
     req: &HttpRequest,
     cluster: &str,
     written: &str,
     operation: OperationKind,
-) -> Answer {
+) -> Result<(i64, HttpResponse), ApiError> {
     // Akka answers 404 for an unknown member before anything else.
-    let (cluster_row, row) = find_member(state, cluster, written).await?;
-    queue_operation(state, req, cluster, &row.address, operation).await?;
+    let (cluster_row, row) = find_member(state, cluster, written)
+        .await
+        .map_err(|e| e.0)?;
+    let (id, _) = queue_operation(state, req, cluster, &row.address, operation).await?;
     let verb = match operation {
         OperationKind::Down => "Downing",
         OperationKind::Leave => "Leaving",
     };
-    Ok(HttpResponse::Ok().json_body(ManagementMessage {
-        message: format!("{verb} {}", address::full(&cluster_row.name, &row.address)),
-    }))
+    Ok((
+        id,
+        HttpResponse::Ok().json_body(ManagementMessage {
+            message: format!("{verb} {}", address::full(&cluster_row.name, &row.address)),
+        }),
+    ))
 }
 
 /// Down or leave a member (Akka's `PUT /cluster/members/{address}`, form `operation`).
@@ -294,16 +302,24 @@ pub async fn put_member(
     body: web::Bytes,
 ) -> Answer {
     let (cluster, written) = path.into_inner();
-    state.tokens.require_admin(&req)?;
     let form: Option<ManagementOperation> = serde_html_form::from_bytes(&body).ok();
     let operation = match form.map(|f| f.operation.to_ascii_lowercase()).as_deref() {
-        Some("down") => OperationKind::Down,
-        Some("leave") => OperationKind::Leave,
-        _ => {
-            return Err(ApiError::BadRequest("Operation not supported".to_owned()).into());
-        }
+        Some("down") => Some(OperationKind::Down),
+        Some("leave") => Some(OperationKind::Leave),
+        _ => None,
     };
-    operate(&state, &req, &cluster, &written, operation).await
+    let asked = Asked {
+        cluster: &cluster,
+        target: &written,
+        action: member_action(operation),
+    };
+    Ok(audited(&state, &req, asked, StatusCode::OK, async {
+        state.tokens.require_admin(&req)?;
+        let operation =
+            operation.ok_or_else(|| ApiError::BadRequest("Operation not supported".to_owned()))?;
+        operate(&state, &req, &cluster, &written, operation).await
+    })
+    .await?)
 }
 
 /// Leave (Akka's `DELETE /cluster/members/{address}`).
@@ -322,8 +338,17 @@ pub async fn delete_member(
     path: web::Path<(String, String)>,
 ) -> Answer {
     let (cluster, written) = path.into_inner();
-    state.tokens.require_admin(&req)?;
-    operate(&state, &req, &cluster, &written, OperationKind::Leave).await
+    let operation = OperationKind::Leave;
+    let asked = Asked {
+        cluster: &cluster,
+        target: &written,
+        action: member_action(Some(operation)),
+    };
+    Ok(audited(&state, &req, asked, StatusCode::OK, async {
+        state.tokens.require_admin(&req)?;
+        operate(&state, &req, &cluster, &written, operation).await
+    })
+    .await?)
 }
 
 /// Akka's domain-event names, by our kind (membership only; `SelfUp` has none).

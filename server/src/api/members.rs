@@ -5,15 +5,18 @@
 //! # Member operations
 //! Off unless the server runs with `--enable-member-operations`, and then only with the admin
 //! token. An accepted operation is queued and handed to the next agent of the cluster that
-//! reports (in its ingest acknowledgment), which carries it out through the cluster.
+//! reports (in its ingest acknowledgment), which carries it out through the cluster. Every
+//! request for one, accepted or not, goes into the cluster's audit trail (see `audit`).
 
 use crate::json::JsonBody;
+use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use troupe_protocol::OperationKind;
 use utoipa::ToSchema;
 
+use super::audit::{Asked, audited, member_action};
 use super::clusters::find_cluster;
 use super::nodes::{NodeDto, agents};
 use crate::address;
@@ -260,20 +263,30 @@ pub(crate) async fn queue_operation(
     Ok((id, address))
 }
 
-async fn queue(
-    state: &AppState,
-    req: &HttpRequest,
-    cluster: &str,
-    written: &str,
-    operation: OperationKind,
-) -> Result<HttpResponse, ApiError> {
-    let (id, address) = queue_operation(state, req, cluster, written, operation).await?;
-    Ok(HttpResponse::Accepted().json_body(OperationAccepted {
+fn accepted(id: i64, address: String, operation: OperationKind) -> HttpResponse {
+    HttpResponse::Accepted().json_body(OperationAccepted {
         id,
         address,
         operation: operation.as_str().to_owned(),
         message: "queued; the next agent of the cluster to report carries it out".to_owned(),
-    }))
+    })
+}
+
+/// The operation a `PUT` body names: form (`operation=Down`) or JSON.
+fn parse_operation(body: &[u8]) -> Result<OperationKind, ApiError> {
+    let parsed: Option<OperationRequest> = serde_json::from_slice(body)
+        .ok()
+        .or_else(|| serde_html_form::from_bytes(body).ok());
+    match parsed.map(|p| p.operation.to_ascii_lowercase()).as_deref() {
+        Some("down") => Ok(OperationKind::Down),
+        Some("leave") => Ok(OperationKind::Leave),
+        Some(other) => Err(ApiError::BadRequest(format!(
+            "unknown operation `{other}`; use Down or Leave"
+        ))),
+        None => Err(ApiError::BadRequest(
+            "expected a form or JSON body with `operation` (Down or Leave)".to_owned(),
+        )),
+    }
 }
 
 /// Asks a member to leave or be downed (`operation=Down|Leave`); needs the admin token and
@@ -298,25 +311,20 @@ pub async fn operate(
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
     let (cluster, written) = path.into_inner();
-    state.tokens.require_admin(&req)?;
-    let parsed: Option<OperationRequest> = serde_json::from_slice(&body)
-        .ok()
-        .or_else(|| serde_html_form::from_bytes(&body).ok());
-    let operation = match parsed.map(|p| p.operation.to_ascii_lowercase()).as_deref() {
-        Some("down") => OperationKind::Down,
-        Some("leave") => OperationKind::Leave,
-        Some(other) => {
-            return Err(ApiError::BadRequest(format!(
-                "unknown operation `{other}`; use Down or Leave"
-            )));
-        }
-        None => {
-            return Err(ApiError::BadRequest(
-                "expected a form or JSON body with `operation` (Down or Leave)".to_owned(),
-            ));
-        }
+    let operation = parse_operation(&body);
+    let asked = Asked {
+        cluster: &cluster,
+        target: &written,
+        action: member_action(operation.as_ref().ok().copied()),
     };
-    queue(&state, &req, &cluster, &written, operation).await
+    audited(&state, &req, asked, StatusCode::ACCEPTED, async {
+        // A wrong token is refused before a bad body.
+        state.tokens.require_admin(&req)?;
+        let operation = operation?;
+        let (id, address) = queue_operation(&state, &req, &cluster, &written, operation).await?;
+        Ok::<_, ApiError>((id, accepted(id, address, operation)))
+    })
+    .await
 }
 
 /// Asks a member to leave; needs the admin token and `--enable-member-operations`.
@@ -335,5 +343,15 @@ pub async fn leave(
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
     let (cluster, written) = path.into_inner();
-    queue(&state, &req, &cluster, &written, OperationKind::Leave).await
+    let operation = OperationKind::Leave;
+    let asked = Asked {
+        cluster: &cluster,
+        target: &written,
+        action: member_action(Some(operation)),
+    };
+    audited(&state, &req, asked, StatusCode::ACCEPTED, async {
+        let (id, address) = queue_operation(&state, &req, &cluster, &written, operation).await?;
+        Ok::<_, ApiError>((id, accepted(id, address, operation)))
+    })
+    .await
 }

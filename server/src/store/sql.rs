@@ -248,7 +248,7 @@ SELECT (SELECT COUNT(*) FROM batches), (SELECT COUNT(*) FROM events),
 // --- retention: each takes ($1 cutoff_ms, $2 chunk, $3 cluster_id) ---
 
 /// Per cluster, so the deletes find expired rows through the (cluster_id, at_ms) indexes.
-pub(crate) const RETENTION: [&str; 5] = [
+pub(crate) const RETENTION: [&str; 6] = [
     "DELETE FROM events WHERE id IN
         (SELECT id FROM events WHERE cluster_id = $3 AND at_ms < $1 LIMIT $2)",
     "DELETE FROM dead_letters WHERE id IN
@@ -263,6 +263,9 @@ pub(crate) const RETENTION: [&str; 5] = [
     "DELETE FROM batches WHERE (agent_id, sequence) IN
         (SELECT b.agent_id, b.sequence FROM batches b JOIN agents a ON a.id = b.agent_id
          WHERE a.cluster_id = $3 AND b.received_ms < $1 LIMIT $2)",
+    // The audit trail lives as long as the history it explains.
+    "DELETE FROM audit_entries WHERE id IN
+        (SELECT id FROM audit_entries WHERE cluster_id = $3 AND at_ms < $1 LIMIT $2)",
 ];
 
 // --- the live stream: rows after a position, in id (= commit) order ---

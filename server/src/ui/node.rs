@@ -1,5 +1,6 @@
 //! `GET /ui/node?node=…`: one node's member state, agent health and incarnations, reporter
-//! drops, mailbox depth, and the events it reported and that are about it.
+//! drops, mailbox depth, the events it reported and that are about it, and a link to the
+//! management actions (leave, down) asked of it on the audit page.
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
@@ -11,7 +12,7 @@ use super::page::{self, Context, UiError};
 use super::routers::{BUCKETS, RANGE_MS, Series, chart_ticks, deepest, series_by};
 use super::{events, overview};
 use crate::state::AppState;
-use crate::store::EventFilter;
+use crate::store::{AuditFilter, AuditScope, EventFilter};
 
 /// Events per table.
 const EVENTS: i64 = 50;
@@ -19,6 +20,8 @@ const EVENTS: i64 = 50;
 const REPORTED_WINDOW_MS: i64 = 3_600_000;
 /// Actors charted.
 const CHARTED: usize = 5;
+/// Management actions counted for the link to the audit page (more show as "100+").
+const AUDITED: i64 = 100;
 
 #[derive(Debug, Default, Deserialize)]
 struct NodeQuery {
@@ -114,6 +117,16 @@ async fn build(state: &AppState, req: &HttpRequest) -> Result<NodePage, UiError>
             },
         )
         .await?;
+    let audited = store
+        .audit_entries(
+            AuditScope::Cluster(cluster.id),
+            &AuditFilter {
+                target: Some(node.clone()),
+                before: None,
+                limit: AUDITED + 1,
+            },
+        )
+        .await?;
     let until_ms = ctx.now_ms + 1;
     let since_ms = until_ms - RANGE_MS;
     let mailboxes = deepest(state, &ctx, cluster.id, Some(&node)).await?;
@@ -149,6 +162,14 @@ async fn build(state: &AppState, req: &HttpRequest) -> Result<NodePage, UiError>
             Section::Timeline.path(),
             &[("cluster", &cluster.cluster_key), ("subject", &node)],
         ),
+        audit_href: href(
+            Section::Audit.path(),
+            &[("cluster", &cluster.cluster_key), ("target", &node)],
+        ),
+        audit_count: match audited.len() as i64 {
+            n if n > AUDITED => format!("{}+", count(AUDITED)),
+            n => count(n),
+        },
         node,
     })
 }

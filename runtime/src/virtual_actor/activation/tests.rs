@@ -392,6 +392,59 @@ fn a_route_is_dropped_when_its_host_leaves_the_view_and_an_owner_outside_the_vie
 }
 
 #[test]
+fn a_departing_host_gets_no_new_activation_but_keeps_its_routes() {
+    let now = Instant::now();
+    let mut state = machine(limits(10, None), Arc::new(ActivationCountPlacement), 3);
+    // Host 1 owns "a"; hosts 1 and 2 have published nothing, so both count as cold.
+    feed(&mut state, msg("a", 1), now);
+    feed(
+        &mut state,
+        Event::LookedUp {
+            key: key("a"),
+            owner: Some((host(1), Revision(1))),
+        },
+        now,
+    );
+    feed(&mut state, Event::Departing(host(1)), now);
+    feed(&mut state, Event::Departing(host(2)), now);
+    // A route to a departing host stays: it forwards what it no longer hosts.
+    assert_eq!(state.as_ref().expect("state").route_of("a"), Some(&host(1)));
+    // New keys go to the only host not departing, this one, though it is the most loaded.
+    for (i, k) in ["b", "c", "d"].into_iter().enumerate() {
+        feed(&mut state, msg(k, 10 + i as u32), now);
+        let actions = feed(
+            &mut state,
+            Event::LookedUp {
+                key: key(k),
+                owner: None,
+            },
+            now,
+        );
+        assert_eq!(actions, vec![Action::Claim { key: key(k) }], "{k}");
+    }
+    // Forgotten when it leaves the view: back as a member, it is a candidate again.
+    feed(&mut state, Event::Members([host(0), host(2)].into()), now);
+    feed(
+        &mut state,
+        Event::Members([host(0), host(1), host(2)].into()),
+        now,
+    );
+    feed(&mut state, msg("e", 20), now);
+    let actions = feed(
+        &mut state,
+        Event::LookedUp {
+            key: key("e"),
+            owner: None,
+        },
+        now,
+    );
+    assert!(
+        matches!(&actions[..], [Action::Forward { to, .. }] if *to == host(1)),
+        "host 1, cold again, takes the new key: {actions:?}"
+    );
+}
+
+#[test]
 fn a_message_forwarded_too_often_becomes_a_dead_letter_and_drops_the_route() {
     let now = Instant::now();
     let mut state = machine(limits(10, None), Arc::new(PreferLocalPlacement), 3);
@@ -564,6 +617,10 @@ enum Op {
     Advance {
         ms: u64,
     },
+    /// A host says it hands off.
+    Departing {
+        host: u8,
+    },
     Leave,
     Fence,
 }
@@ -583,6 +640,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<u8>().prop_map(|mask| Op::Members { mask }),
         1 => (0u8..4, 0u64..10).prop_map(|(host, activations)| Op::Load { host, activations }),
         2 => (0u64..3_000).prop_map(|ms| Op::Advance { ms }),
+        1 => (0u8..4).prop_map(|host| Op::Departing { host }),
         1 => Just(Op::Leave),
         1 => Just(Op::Fence),
     ]
@@ -780,6 +838,7 @@ impl World {
                 }
                 return Ok(());
             }
+            Op::Departing { host: h } => Event::Departing(host(h)),
             Op::Leave => Event::Leave,
             Op::Fence => {
                 self.fenced = true;
