@@ -3,7 +3,9 @@
 //! Debian's Chromium), which posts more reports and checks what a person sees: a member row
 //! appearing live when a node joins, a hand-over in the singleton history, a dead letter in the
 //! table, the live and polling indicator, inert XSS payloads, and each live update shown within
-//! 1 s of its ingest. Screenshots of every page land in `$CARGO_TARGET_DIR/browser-artifacts/`.
+//! 1 s of its ingest; the overview's cluster map with its marks, a node joining it live, a
+//! routee's depth following a report of samples only, the map without JavaScript and at 50
+//! members. Screenshots of every page land in `$CARGO_TARGET_DIR/browser-artifacts/`.
 //! A second server with `--viewer-token` is driven by `web/e2e/viewer.mjs`: refused without
 //! the token, the dashboard and its live stream work with it as the HTTP Basic password.
 //!
@@ -17,8 +19,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use troupe_protocol::{
-    AgentHealth, DroppedCounts, EventBody, HandOverCompleted, HealthChange, LeaderChange,
-    MemberStatus, ReportBatch, RouteesChange, RouterStarted, RoutingStrategy, SingletonInstance,
+    AgentHealth, AgentMeta, DroppedCounts, EventBody, HandOverCompleted, HealthChange,
+    LeaderChange, MemberStatus, ReportBatch, RouteesChange, RouterStarted, RoutingStrategy,
+    SingletonInstance,
 };
 use troupe_server::testing::{BatchBuilder, HttpClient, TestSqliteFile};
 use troupe_server::{App, Config};
@@ -196,7 +199,77 @@ fn history(t: i64) -> Vec<ReportBatch> {
             &[("/user/order-worker", Some("/user/orders"), (i % 12) * 3)],
         );
     }
-    vec![first.build(), second.build()]
+    let machine = |mut batch: ReportBatch| {
+        batch.identity.meta = AgentMeta {
+            node: Some("rack-a".to_owned()),
+        };
+        batch
+    };
+    vec![machine(first.build()), machine(second.build())]
+}
+
+/// A cluster `fifty` of 50 members, three to a machine: the first leads and hosts a
+/// singleton, the second cannot reach the third, every member is a routee with a depth.
+fn fifty(t: i64) -> Vec<ReportBatch> {
+    let all: Vec<String> = (0..50).map(|i| format!("10.1.0.{}:2552", i + 1)).collect();
+    let mut batches = Vec::new();
+    for (i, me) in all.iter().enumerate() {
+        let mut b = BatchBuilder::new("fifty", me, 1).sent_at(t).event(
+            t - 1_000,
+            EventBody::AgentHealthChanged(HealthChange {
+                health: AgentHealth::Ready,
+                reason: None,
+            }),
+        );
+        if i == 0 {
+            for a in &all {
+                b = b.member(
+                    t - 60_000,
+                    EventBody::MemberUp,
+                    a,
+                    MemberStatus::Up,
+                    &["worker"],
+                );
+            }
+            b = b
+                .event(
+                    t - 59_000,
+                    EventBody::LeaderChanged(LeaderChange {
+                        leader: Some(me.clone()),
+                    }),
+                )
+                .event(t - 58_000, started("billing", me))
+                .event(
+                    t - 57_000,
+                    EventBody::RouteesChanged(RouteesChange {
+                        router: "/user/orders".to_owned(),
+                        strategy: RoutingStrategy::SmallestMailbox,
+                        routees: all.clone(),
+                    }),
+                );
+        }
+        if i == 1 {
+            b = b.event(
+                t - 30_000,
+                EventBody::MemberUnreachable(troupe_protocol::MemberChange {
+                    observers: vec![me.clone()],
+                    ..hostile::member(&all[2], MemberStatus::Up, &["worker"])
+                }),
+            );
+        }
+        let depth = u32::try_from(i * 7 % 40).unwrap();
+        let mut batch = b
+            .depth_tick(
+                t - 2_000,
+                &[("/user/order-worker", Some("/user/orders"), depth)],
+            )
+            .build();
+        batch.identity.meta = AgentMeta {
+            node: Some(format!("m-{:02}", i / 3)),
+        };
+        batches.push(batch);
+    }
+    batches
 }
 
 /// The batches the browser script posts while it watches.
@@ -233,6 +306,16 @@ fn live_batches(t: i64) -> Vec<(&'static str, ReportBatch)> {
                 .event(t + 2, started("billing", c))
                 .build(),
         ),
+        ("depth.json", {
+            let mut batch = BatchBuilder::new("prod", "10.0.0.2:2552", 2)
+                .sent_at(t)
+                .depth_tick(t + 5, &[("/user/order-worker", Some("/user/orders"), 97)])
+                .build();
+            batch.identity.meta = AgentMeta {
+                node: Some("rack-a".to_owned()),
+            };
+            batch
+        }),
         (
             "dead-letter.json",
             BatchBuilder::new("prod", c, 3)
@@ -291,6 +374,7 @@ async fn dashboard_shows_live_changes_and_renders_xss_payloads_inert_in_chromium
     let batches = tempdir();
     let payloads = hostile::payloads();
     let mut seed = history(t);
+    seed.extend(fifty(t));
     seed.extend(
         payloads
             .iter()
@@ -361,6 +445,8 @@ async fn dashboard_shows_live_changes_and_renders_xss_payloads_inert_in_chromium
         "timeline",
         "routers",
         "node",
+        "overview-no-script",
+        "overview-50-nodes",
     ] {
         let path = artifacts.join(format!("{page}.png"));
         assert!(

@@ -83,7 +83,36 @@ try {
   check(await page.locator('tr[data-member="10.0.0.1:2552"] .badge.leader').count() === 1,
         'the leader has its badge');
   check(await page.locator('tr[data-member="10.0.0.3:2552"]').count() === 0, 'the new node is not there yet');
-  await liveUpdate(page, 'member joins (overview)', 'join.json', 'tr[data-member="10.0.0.3:2552"]', 'up');
+  // The cluster map: three members (two on one machine, the third's agent reports none), the
+  // leader and the singleton's host marked, the router's routees with depth bars.
+  const map = '#cluster-map svg.map ';
+  check(await page.locator(map + 'g.node').count() === 3, 'the map draws the three members');
+  check(await page.locator(map + 'g.machine[data-machine="rack-a"][data-hosts="2"]').count() === 1,
+        'the map frames both members in their machine, counted');
+  check(await page.locator(map + 'g.node.leader[data-node="10.0.0.1:2552"]').count() === 1,
+        'the map marks the leader');
+  check(await page.locator(map + 'g.node[data-node="10.0.0.1:2552"][data-singletons="1"]').count() === 1,
+        "the map marks the singleton's host");
+  check(await page.locator(map + 'g.router[data-router="/user/orders"] g.routee').count() === 2,
+        'the map lists the router\'s routees');
+  check(await page.locator(map + 'g.routee[data-routee="10.0.0.2:2552"][data-depth="97"]').count() === 0,
+        'the new depth is not there yet');
+  const joined = await post('join.json');
+  await page.locator(map + 'g.node[data-node="10.0.0.3:2552"]').waitFor({ state: 'visible', timeout: 10000 });
+  const joinMs = Date.now() - joined;
+  results.latency_ms['member joins (map)'] = joinMs;
+  check(joinMs <= LIVE_BUDGET_MS, `the map shows a new member within ${LIVE_BUDGET_MS} ms of ingest (took ${joinMs} ms)`);
+  await page.locator('tr[data-member="10.0.0.3:2552"]', { hasText: 'up' }).waitFor({ timeout: 10000 });
+  results.latency_ms['member joins (overview)'] = Date.now() - joined;
+  // A report of depth samples only: no stream event, the map's own refresh brings it.
+  const sampled = await post('depth.json');
+  await page.locator(map + 'g.routee[data-routee="10.0.0.2:2552"][data-depth="97"]')
+    .waitFor({ state: 'attached', timeout: 10000 });
+  const depthMs = Date.now() - sampled;
+  results.latency_ms['routee depth (map)'] = depthMs;
+  check(depthMs <= 2000 + LIVE_BUDGET_MS, `the map shows a new depth within 3 s of ingest (took ${depthMs} ms)`);
+  check(await page.locator(map + 'g.routee[data-routee="10.0.0.2:2552"] rect.depth[width="90"]').count() === 1,
+        'the deepest routee fills its bar');
   const utc = await page.locator('main time').first().textContent();
   check(/UTC$/.test(utc.trim()), `times say UTC (${utc})`);
   await shot(page, 'overview');
@@ -122,6 +151,22 @@ try {
   await waitLive(page);
   await shot(page, 'node');
 
+  // The map without JavaScript: the server drew it.
+  const noScript = await browser.newContext({ viewport: { width: 1360, height: 900 }, javaScriptEnabled: false });
+  const still = await noScript.newPage();
+  await still.goto(base + '/ui/' + q);
+  check(await still.locator('#cluster-map svg.map g.node').count() === 4, 'the map reads without JavaScript');
+  check(await still.locator('#cluster-map g.node[data-node="10.0.0.3:2552"][data-singletons="1"]').count() === 1 &&
+        await still.locator('#cluster-map g.node[data-node="10.0.0.1:2552"][data-singletons="0"]').count() === 1,
+        'after the hand-over the map marks the new host, not the old one');
+  await shot(still, 'overview-no-script');
+  // Fifty members on seventeen machines.
+  await still.goto(base + '/ui/?cluster=fifty');
+  check(await still.locator('#cluster-map svg.map g.node').count() === 50, 'the map draws fifty members');
+  check(await still.locator('#cluster-map svg.map g.machine').count() === 17, 'on their seventeen machines');
+  await shot(still, 'overview-50-nodes');
+  await noScript.close();
+
   phase('pages checked');
   // Polling fallback when the stream is unavailable.
   const fallback = await context.newPage();
@@ -144,7 +189,7 @@ try {
 
   // XSS: every page of the hostile cluster, and node pages of hostile nodes.
   const x = '?cluster=' + encodeURIComponent(xssCluster);
-  const hostile = ['/ui/', '/ui/timeline', '/ui/singletons', '/ui/routers', '/ui/dead-letters']
+  const hostile = ['/ui/', '/ui/timeline', '/ui/singletons', '/ui/routers', '/ui/dead-letters', '/ui/map']
     .map((p) => base + p + x)
     .concat(xssNodes.map((n) => base + '/ui/node' + x + '&node=' + encodeURIComponent(n)))
     .concat(xssNodes.slice(0, 3).map((n) => base + '/ui/dead-letters' + x + '&q=' + encodeURIComponent(n)));

@@ -18,12 +18,13 @@ use std::collections::{BTreeMap, HashMap};
 pub const WIDTH: i64 = 1200;
 const MARGIN: i64 = 8;
 const GAP: i64 = 12;
-const NODE_W: i64 = 184;
-const NODE_H: i64 = 76;
+// Two machines of three hosts fit side by side.
+const NODE_W: i64 = 180;
+const NODE_H: i64 = 72;
 const PAD: i64 = 8;
 const MACHINE_HEAD: i64 = 22;
 /// Characters of a monospace address that fit a box.
-const ADDRESS_CHARS: usize = 23;
+const ADDRESS_CHARS: usize = 22;
 /// Characters of proportional text that fit a box.
 const TEXT_CHARS: usize = 27;
 const MACHINE_CHARS: usize = 22;
@@ -550,6 +551,18 @@ mod tests {
             }
         }
         assert!(map.height > 3 * NODE_H, "several rows");
+        assert!(
+            map.machines
+                .iter()
+                .filter(|f| f.y == map.machines[0].y)
+                .count()
+                >= 2,
+            "machines of three hosts share a row: {:?}",
+            map.machines
+                .iter()
+                .map(|f| (f.x, f.y, f.w))
+                .collect::<Vec<_>>()
+        );
         // One machine with more hosts than a row holds wraps inside its frame.
         let crowded: Vec<MapMember> = (0..20)
             .map(|i| member(&format!("10.1.0.{i}:2552"), Some("big")))
