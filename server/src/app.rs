@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::dev::Server;
+use actix_web::http::header;
 use actix_web::{HttpServer, middleware, web};
 use tokio::sync::watch;
 
@@ -199,6 +200,12 @@ impl App {
                         .log_target("troupe_server::http")
                         .exclude("/api/v1/ingest")
                         .exclude("/metrics"),
+                )
+                // Last, so outermost, so every answer carries it: a 401 of the viewer gate, a 404 of no
+                // route, an API error, an event stream (see `crate::json` for the other half).
+                .wrap(
+                    middleware::DefaultHeaders::new()
+                        .add((header::X_CONTENT_TYPE_OPTIONS, "nosniff")),
                 )
                 .configure(api::configure(app_state.clone()))
                 .configure(ui::configure)

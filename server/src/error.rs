@@ -10,6 +10,7 @@
 //! (SQL, constraint names, index row sizes, connection strings) goes to the log at ERROR,
 //! never to the client.
 
+use crate::json::JsonBody;
 use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpResponse, ResponseError};
@@ -124,7 +125,7 @@ impl ResponseError for ApiError {
         if status.is_server_error() {
             tracing::error!(error = %self, status = status.as_u16(), "request failed");
         }
-        let mut response = HttpResponse::build(status).json(ErrorBody {
+        let mut response = HttpResponse::build(status).json_body(ErrorBody {
             error,
             status: status.as_u16(),
         });

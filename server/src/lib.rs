@@ -13,7 +13,7 @@
 //! [`app`] is the composition root: it builds the [`store`], the export ([`otel`]), the
 //! [`coordination`] service and the shared [`state`], and mounts the routes of [`api`] and
 //! [`ui`]. Resources in `api/` and pages in `ui/` use the state, the store and the helpers
-//! ([`error`], [`time`], [`paging`], `request`), never the file that mounts them; no module
+//! ([`error`], [`time`], [`paging`], `request`, `json`), never the file that mounts them; no module
 //! imports one that imports it back (`scripts/check-module-cycles` keeps it so).
 //!
 //! # Features
@@ -30,6 +30,7 @@ pub mod config;
 pub mod coordination;
 pub mod error;
 pub mod feed;
+mod json;
 pub mod live;
 pub mod metrics;
 pub mod observe;

@@ -24,6 +24,7 @@
 //! server listens on a loopback address, refused at start otherwise unless
 //! `--allow-anonymous-read` says so (logged at WARN on every start).
 
+use crate::json::JsonBody;
 use std::net::IpAddr;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -307,9 +308,9 @@ pub async fn gate(
 fn unauthorized(path: &str, reason: &'static str) -> HttpResponse {
     let status = StatusCode::UNAUTHORIZED;
     let mut response = if path.starts_with("/management/") {
-        HttpResponse::build(status).json(serde_json::json!({ "message": reason }))
+        HttpResponse::build(status).json_body(serde_json::json!({ "message": reason }))
     } else if path.starts_with("/api/") {
-        HttpResponse::build(status).json(crate::error::ErrorBody {
+        HttpResponse::build(status).json_body(crate::error::ErrorBody {
             error: format!("unauthorized: {reason}"),
             status: status.as_u16(),
         })

@@ -2,6 +2,7 @@
 //! header listing the methods they do serve, and the usual JSON error body; and the JSON 404
 //! of a path under `/api/v1` or `/management` that names no resource.
 
+use crate::json::JsonBody;
 use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, Resource, web};
 
@@ -13,7 +14,7 @@ pub(crate) fn resource(path: &str, methods: &'static str) -> Resource {
     web::resource(path).default_service(web::to(move |req: HttpRequest| async move {
         HttpResponse::MethodNotAllowed()
             .insert_header((header::ALLOW, methods))
-            .json(ErrorBody {
+            .json_body(ErrorBody {
                 error: format!(
                     "method {} is not allowed on {}; allowed: {methods}",
                     req.method(),
@@ -26,7 +27,7 @@ pub(crate) fn resource(path: &str, methods: &'static str) -> Resource {
 
 /// The answer to a path no resource serves: 404 and the JSON error body.
 pub(crate) async fn not_found(req: HttpRequest) -> HttpResponse {
-    HttpResponse::NotFound().json(ErrorBody {
+    HttpResponse::NotFound().json_body(ErrorBody {
         error: format!("no resource at {}; see /api/v1/openapi.json", req.path()),
         status: 404,
     })

@@ -21,6 +21,7 @@
 //! The entry is written after the answer is decided and before it is sent; if writing it
 //! fails the answer stands and the server logs a warning naming the action.
 
+use crate::json::JsonBody;
 use std::future::Future;
 
 use actix_web::http::StatusCode;
@@ -325,7 +326,7 @@ pub async fn list(
 
 fn answer(rows: Vec<AuditRow>, limit: i64) -> HttpResponse {
     let next_cursor = next_cursor(rows.len(), limit, rows.last().map(|r| (r.at_ms, r.id)));
-    HttpResponse::Ok().json(AuditPage {
+    HttpResponse::Ok().json_body(AuditPage {
         entries: rows.into_iter().map(Into::into).collect(),
         next_cursor,
     })

@@ -8,6 +8,7 @@
 //! when several share it the request is refused (409) listing their keys, so that nothing
 //! (a Leave least of all) goes to a cluster the caller did not mean.
 
+use crate::json::JsonBody;
 use actix_web::{HttpResponse, web};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -67,7 +68,7 @@ pub async fn list(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> 
         .into_iter()
         .map(Into::into)
         .collect();
-    Ok(HttpResponse::Ok().json(clusters))
+    Ok(HttpResponse::Ok().json_body(clusters))
 }
 
 /// The cluster `key` names (see the module docs), or 404, or 409 when it is a name several
@@ -109,5 +110,5 @@ pub async fn one(
     cluster: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let row = find_cluster(&state, &cluster).await?;
-    Ok(HttpResponse::Ok().json(ClusterDto::from(row)))
+    Ok(HttpResponse::Ok().json_body(ClusterDto::from(row)))
 }

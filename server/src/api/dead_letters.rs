@@ -1,5 +1,6 @@
 //! `GET /api/v1/clusters/{cluster}/dead-letters` and `…/dead-letters/per-minute`.
 
+use crate::json::JsonBody;
 use actix_web::{HttpRequest, HttpResponse, web};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -129,7 +130,7 @@ pub async fn list(
         filter.limit,
         rows.last().map(|r| (r.at_ms, r.id)),
     );
-    Ok(HttpResponse::Ok().json(DeadLetterPage {
+    Ok(HttpResponse::Ok().json_body(DeadLetterPage {
         dead_letters: rows.into_iter().map(Into::into).collect(),
         next_cursor,
     }))
@@ -155,7 +156,7 @@ pub async fn per_minute(
     let cluster = find_cluster(&state, &cluster).await?;
     let counts = state.store.dead_letter_counts(cluster.id, &filter).await?;
     let total = counts.iter().map(|c| c.count).sum();
-    Ok(HttpResponse::Ok().json(DeadLetterCounts {
+    Ok(HttpResponse::Ok().json_body(DeadLetterCounts {
         minutes: counts
             .into_iter()
             .map(|c| MinuteCountDto {

@@ -1,6 +1,7 @@
 //! `/api/v1/coordination/{claims,hosts,directory}…`: the actor directory over HTTP (claim,
 //! look up, release, evict a host, snapshot, and a long-poll watch of changes).
 
+use crate::json::JsonBody;
 use std::time::Duration;
 
 use actix_web::http::header::{HeaderName, HeaderValue};
@@ -196,7 +197,7 @@ pub async fn claim(
     let claim = match outcome {
         ClaimOutcome::Claimed(c) | ClaimOutcome::Owned(c) => c,
     };
-    Ok(HttpResponse::Ok().json(ClaimOutcomeDto {
+    Ok(HttpResponse::Ok().json_body(ClaimOutcomeDto {
         won,
         claim: claim.into(),
     }))
@@ -221,7 +222,7 @@ pub async fn lookup(
         .lookup(&actor)
         .await
         .map_err(directory_error)?;
-    Ok(HttpResponse::Ok().json(LookupDto {
+    Ok(HttpResponse::Ok().json_body(LookupDto {
         claim: claim.map(Into::into),
     }))
 }
@@ -262,7 +263,7 @@ pub async fn unclaim(
         };
         Ok((
             done.to_owned(),
-            HttpResponse::Ok().json(ClaimReleasedDto { released }),
+            HttpResponse::Ok().json_body(ClaimReleasedDto { released }),
         ))
     })
     .await
@@ -299,7 +300,7 @@ pub async fn evict(
             if released.is_empty() { "" } else { ": " },
             released.join(", ")
         );
-        Ok((done, HttpResponse::Ok().json(EvictedDto { released })))
+        Ok((done, HttpResponse::Ok().json_body(EvictedDto { released })))
     })
     .await
 }
@@ -318,7 +319,7 @@ pub async fn snapshot(
         .snapshot()
         .await
         .map_err(directory_error)?;
-    Ok(HttpResponse::Ok().json(SnapshotDto {
+    Ok(HttpResponse::Ok().json_body(SnapshotDto {
         claims: snapshot.claims.into_iter().map(Into::into).collect(),
         revision: snapshot.revision.0,
     }))
@@ -368,7 +369,7 @@ pub async fn watch(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpR
             Ok(Some(Err(_)) | None) | Err(_) => break,
         }
     }
-    Ok(HttpResponse::Ok().json(WatchDto { events }))
+    Ok(HttpResponse::Ok().json_body(WatchDto { events }))
 }
 
 /// A watch failure; a compacted history answers 410 with the oldest revision still

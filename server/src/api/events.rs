@@ -3,6 +3,7 @@
 //! Dead letters have their own endpoint (`/dead-letters`): they are stored apart because they
 //! are the high-volume kind.
 
+use crate::json::JsonBody;
 use std::str::FromStr;
 
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -187,7 +188,7 @@ pub async fn list(
         filter.limit,
         rows.last().map(|r| (r.at_ms, r.id)),
     );
-    Ok(HttpResponse::Ok().json(EventPage {
+    Ok(HttpResponse::Ok().json_body(EventPage {
         events: rows.into_iter().map(Into::into).collect(),
         next_cursor,
     }))

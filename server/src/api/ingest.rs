@@ -12,6 +12,7 @@
 //! 200 means the batch is committed (or was before: `duplicate: true`). Agents retry anything
 //! else with the same sequence.
 
+use crate::json::JsonBody;
 use std::time::Instant;
 
 use actix_web::http::header::CONTENT_LENGTH;
@@ -135,7 +136,7 @@ async fn receive(
             export.export_batch(&batch);
         }
     }
-    Ok(HttpResponse::Ok().json(IngestAck {
+    Ok(HttpResponse::Ok().json_body(IngestAck {
         sequence: batch.sequence,
         duplicate: outcome.duplicate,
         stored_events: outcome.stored_events,

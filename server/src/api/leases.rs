@@ -3,6 +3,7 @@
 //! coordination backend, so any replica serves any of these; see [`crate::coordination`] for
 //! their timing.
 
+use crate::json::JsonBody;
 use std::time::Duration;
 
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -196,7 +197,7 @@ pub async fn acquire(
         Acquisition::Granted(grant) => LeaseGrantDto::from(grant),
         Acquisition::Refused => LeaseGrantDto::refused(&request.owner),
     };
-    Ok(HttpResponse::Ok().json(grant))
+    Ok(HttpResponse::Ok().json_body(grant))
 }
 
 /// Renew the grant `token` of `owner`; 409 when it is no longer held (lost: acquire again).
@@ -223,7 +224,7 @@ pub async fn renew(
         .renew(&name, &request.owner, FencingToken(request.token))
         .await
         .map_err(grant_error)?;
-    Ok(HttpResponse::Ok().json(LeaseGrantDto::from(grant)))
+    Ok(HttpResponse::Ok().json_body(LeaseGrantDto::from(grant)))
 }
 
 /// Release the grant `token` of `owner`; `released: false` when it did not hold it.
@@ -265,7 +266,7 @@ pub async fn release(
         };
         Ok((
             done.to_owned(),
-            HttpResponse::Ok().json(ReleasedDto { released }),
+            HttpResponse::Ok().json_body(ReleasedDto { released }),
         ))
     })
     .await
@@ -291,7 +292,7 @@ pub async fn lease(
         .await
         .map_err(grant_error)?
         .map(Into::into);
-    Ok(HttpResponse::Ok().json(LeaseStateDto {
+    Ok(HttpResponse::Ok().json_body(LeaseStateDto {
         name: name.into_inner(),
         backend: service.backend().to_owned(),
         holder,

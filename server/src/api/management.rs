@@ -23,6 +23,7 @@
 //! operations need the admin token and `--enable-member-operations`, as on `/api/v1`; every
 //! error answer here is Akka's `{"message": "…"}`.
 
+use crate::json::JsonBody;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -64,7 +65,7 @@ impl ResponseError for ManagementError {
 
     fn error_response(&self) -> HttpResponse {
         let mut response = self.0.error_response();
-        let body = serde_json::to_vec(&ManagementMessage {
+        let body = crate::json::to_vec(&ManagementMessage {
             message: self.0.to_string(),
         })
         .unwrap_or_default();
@@ -210,7 +211,7 @@ pub async fn members(state: web::Data<AppState>, cluster: web::Path<String>) -> 
         .agents(cluster.id)
         .await
         .map_err(ApiError::from)?;
-    Ok(HttpResponse::Ok().json(cluster_members(&cluster, &rows, &agents)))
+    Ok(HttpResponse::Ok().json_body(cluster_members(&cluster, &rows, &agents)))
 }
 
 async fn find_member(
@@ -246,7 +247,7 @@ async fn find_member(
 pub async fn member(state: web::Data<AppState>, path: web::Path<(String, String)>) -> Answer {
     let (cluster, written) = path.into_inner();
     let (cluster, row) = find_member(&state, &cluster, &written).await?;
-    Ok(HttpResponse::Ok().json(member_of(&cluster.name, &row)))
+    Ok(HttpResponse::Ok().json_body(member_of(&cluster.name, &row)))
 }
 
 /// The form of `PUT /cluster/members/{address}`.
@@ -276,7 +277,7 @@ async fn operate(
     };
     Ok((
         id,
-        HttpResponse::Ok().json(ManagementMessage {
+        HttpResponse::Ok().json_body(ManagementMessage {
             message: format!("{verb} {}", address::full(&cluster_row.name, &row.address)),
         }),
     ))
@@ -516,13 +517,13 @@ pub async fn domain_events(
                 opening.push(Frame {
                     id: Some(cursor.to_string()),
                     event: "CurrentClusterState".to_owned(),
-                    data: json!({
+                    data: crate::json::to_string(&json!({
                         "type": "CurrentClusterState",
                         "members": members.members,
                         "unreachable": members.unreachable,
                         "leader": members.leader,
-                    })
-                    .to_string(),
+                    }))
+                    .unwrap_or_default(),
                 });
                 cursor
             }
@@ -545,7 +546,7 @@ pub async fn domain_events(
         Some(Frame {
             id: Some(id),
             event: event.to_owned(),
-            data: data.to_string(),
+            data: crate::json::to_string(&data).unwrap_or_default(),
         })
     });
     Ok(sse::respond(

@@ -8,6 +8,7 @@
 //! reports (in its ingest acknowledgment), which carries it out through the cluster. Every
 //! request for one, accepted or not, goes into the cluster's audit trail (see `audit`).
 
+use crate::json::JsonBody;
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use chrono::{DateTime, Utc};
@@ -178,7 +179,7 @@ pub async fn list(
     let query: MembersQuery = query(&req)?;
     let cluster = find_cluster(&state, &cluster).await?;
     let (members, _) = load(&state, &cluster, query.include_removed).await?;
-    Ok(HttpResponse::Ok().json(members))
+    Ok(HttpResponse::Ok().json_body(members))
 }
 
 /// One member, 404 if unknown.
@@ -206,7 +207,7 @@ pub async fn one(
                 cluster.cluster_key
             ))
         })?;
-    Ok(HttpResponse::Ok().json(member))
+    Ok(HttpResponse::Ok().json_body(member))
 }
 
 /// Body of `PUT …/members/{address}`: form (`operation=Down`, as in Akka Management) or JSON.
@@ -263,7 +264,7 @@ pub(crate) async fn queue_operation(
 }
 
 fn accepted(id: i64, address: String, operation: OperationKind) -> HttpResponse {
-    HttpResponse::Accepted().json(OperationAccepted {
+    HttpResponse::Accepted().json_body(OperationAccepted {
         id,
         address,
         operation: operation.as_str().to_owned(),

@@ -1,5 +1,6 @@
 //! `GET /api/v1/clusters/{cluster}/nodes`: every agent incarnation that reported.
 
+use crate::json::JsonBody;
 use actix_web::{HttpResponse, web};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -126,7 +127,7 @@ pub async fn list(
 ) -> Result<HttpResponse, ApiError> {
     let cluster = find_cluster(&state, &cluster).await?;
     let nodes = agents(&state, cluster.id).await?;
-    Ok(HttpResponse::Ok().json(nodes))
+    Ok(HttpResponse::Ok().json_body(nodes))
 }
 
 /// A cluster's agents as DTOs, as of now (silent ones with health `unknown`).

@@ -1,6 +1,7 @@
 //! The OpenAPI document (`/api/v1/openapi.json`) and a self-contained docs page
 //! (`/api/v1/docs`) that renders it with no CDN or network access.
 
+use crate::json::JsonBody;
 use actix_web::HttpResponse;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -295,7 +296,7 @@ fn refuse_nul(value: &mut serde_json::Value) {
 #[utoipa::path(get, path = "/api/v1/openapi.json", tag = "documentation", operation_id = "openapiDocument",
     responses((status = 200, description = "The OpenAPI 3.1 document", content_type = "application/json", body = Object)))]
 pub async fn document() -> HttpResponse {
-    HttpResponse::Ok().json(document_value())
+    HttpResponse::Ok().json_body(document_value())
 }
 
 /// The document rendered as HTML by a small inline script (no network access).

@@ -11,6 +11,7 @@
 //! down (`draining`). The store check is bounded by [`READINESS_TIMEOUT`], so the probe
 //! answers within a second even when the database hangs.
 
+use crate::json::JsonBody;
 use std::time::Duration;
 
 use actix_web::http::header;
@@ -42,7 +43,7 @@ fn answer(ok: bool, status: &'static str, reason: Option<String>) -> HttpRespons
     };
     response
         .insert_header((header::CACHE_CONTROL, "no-store"))
-        .json(ProbeDto { status, reason })
+        .json_body(ProbeDto { status, reason })
 }
 
 /// Liveness: 200 while the process serves.

@@ -6,6 +6,7 @@
 //! of a node is the summed depth of the matching mailboxes at each tick, bucketed over the time
 //! range: mean and max per bucket.
 
+use crate::json::JsonBody;
 use std::collections::BTreeMap;
 
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -75,7 +76,7 @@ pub async fn list(
         .into_iter()
         .map(Into::into)
         .collect();
-    Ok(HttpResponse::Ok().json(routers))
+    Ok(HttpResponse::Ok().json_body(routers))
 }
 
 /// Query of the depth series.
@@ -256,7 +257,7 @@ pub async fn depth(
         .depth_ticks(cluster.id, since_ms, until_ms, MAX_TICKS)
         .await?;
     let series = bucket(&ticks, target, since_ms, bucket_ms);
-    Ok(HttpResponse::Ok().json(DepthSeries {
+    Ok(HttpResponse::Ok().json_body(DepthSeries {
         router: query.router.clone(),
         path: query.path.clone(),
         since: datetime(since_ms),

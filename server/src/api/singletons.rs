@@ -1,6 +1,7 @@
 //! `GET /api/v1/clusters/{cluster}/singletons[/{name}]`: current host, lease and hand-over
 //! history.
 
+use crate::json::JsonBody;
 use actix_web::{HttpRequest, HttpResponse, web};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -82,7 +83,7 @@ pub async fn list(
         .into_iter()
         .map(Into::into)
         .collect();
-    Ok(HttpResponse::Ok().json(singletons))
+    Ok(HttpResponse::Ok().json_body(singletons))
 }
 
 /// One singleton with its hand-over history.
@@ -142,5 +143,5 @@ pub async fn one(
             )));
         }
     };
-    Ok(HttpResponse::Ok().json(SingletonDetail { singleton, history }))
+    Ok(HttpResponse::Ok().json_body(SingletonDetail { singleton, history }))
 }

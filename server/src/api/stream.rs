@@ -191,7 +191,7 @@ pub async fn stream(
                 opening.push(Frame {
                     id: Some(cursor.to_string()),
                     event: "CurrentClusterState".to_owned(),
-                    data: serde_json::to_string(&members).unwrap_or_default(),
+                    data: crate::json::to_string(&members).unwrap_or_default(),
                 });
             }
             cursor
@@ -207,7 +207,7 @@ pub async fn stream(
         Some(Frame {
             id: Some(id),
             event: kind.as_str().to_owned(),
-            data: item_json(item).to_string(),
+            data: crate::json::to_string(&item_json(item)).unwrap_or_default(),
         })
     });
     Ok(sse::respond(
