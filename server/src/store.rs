@@ -40,9 +40,9 @@ use troupe_protocol::{OperationKind, ReportBatch};
 pub use audit::{AuditFilter, AuditOutcome, AuditRow, AuditScope, MAX_REFUSED, NewAuditEntry};
 pub use error::StoreError;
 pub use model::{
-    AgentRow, ClusterRow, ClusterSnapshot, DeadLetterGroup, DeadLetterRow, DepthTickRow, EventRow, IngestOutcome,
-    MemberRow, MinuteCount, RouterRow, SILENT_HEALTH, SingletonRow, StreamDeadLetterRow,
-    StreamPosition, Totals, current_incarnations, string_list,
+    AgentRow, ClusterRow, ClusterSnapshot, DeadLetterGroup, DeadLetterRow, DepthTickRow, EventRow,
+    IngestOutcome, MemberRow, MinuteCount, RouterRow, SILENT_HEALTH, SingletonRow,
+    StreamDeadLetterRow, StreamPosition, Totals, current_incarnations, string_list,
 };
 pub use partitions::{DAYS_AHEAD, DayPartition, LOCK_TIMEOUT, PARTITIONED_TABLES, partition_name};
 

@@ -215,7 +215,12 @@ async fn dead_letters_page_counts_per_recipient_and_reason_before_the_rows(store
         .dead_letter_because(t - 30_000, "/user/busy", "OrderPlaced", "mailbox full")
         .dead_letter_because(t - 20_000, "/user/gone", "OrderPlaced", "recipient stopped")
         // Outside the 15-minute range.
-        .dead_letter_because(t - 1_800_000, "/user/old", "OrderPlaced", "recipient stopped")
+        .dead_letter_because(
+            t - 1_800_000,
+            "/user/old",
+            "OrderPlaced",
+            "recipient stopped",
+        )
         .build();
     ingest!(app, batch);
     let (status, _, page) = get!(app, "/ui/dead-letters?cluster=prod&range=15m");
@@ -234,12 +239,14 @@ async fn dead_letters_page_counts_per_recipient_and_reason_before_the_rows(store
         );
     }
     assert!(
-        groups[0].contains("/ui/dead-letters?cluster=prod&#38;range=15m&#38;recipient=%2Fuser%2Fgone"),
+        groups[0]
+            .contains("/ui/dead-letters?cluster=prod&#38;range=15m&#38;recipient=%2Fuser%2Fgone"),
         "a group links to its recipient's rows: {}",
         groups[0]
     );
     assert!(
-        page.find("dead-letter-groups").unwrap() < page.find("<table class=\"dead-letters\">").unwrap(),
+        page.find("dead-letter-groups").unwrap()
+            < page.find("<table class=\"dead-letters\">").unwrap(),
         "groups come before the rows"
     );
     assert_eq!(table_rows(&page, "dead-letters").len(), 4);
