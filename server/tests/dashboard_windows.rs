@@ -101,7 +101,11 @@ fn cluster(name: &str, t: i64, age_ms: i64) -> ReportBatch {
         .fold(batch, |batch, i| {
             batch.depth_tick(
                 t - i * 5_000,
-                &[("/user/order-worker", Some("/user/orders"), 3 + (i % 4) as u32)],
+                &[(
+                    "/user/order-worker",
+                    Some("/user/orders"),
+                    3 + (i % 4) as u32,
+                )],
             )
         })
         .build()

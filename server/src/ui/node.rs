@@ -9,8 +9,8 @@ use troupe_web::format::{TimeText, age, count, href};
 use troupe_web::pages::{DropView, IncarnationView, NodePage, Section, health_class};
 
 use super::page::{self, Context, UiError};
-use super::window::DEFAULT_RANGE_MS;
 use super::routers::{BUCKETS, Series, chart_ticks, deepest, series_by};
+use super::window::DEFAULT_RANGE_MS;
 use super::{events, overview};
 use crate::state::AppState;
 use crate::store::{AuditFilter, AuditScope, EventFilter};

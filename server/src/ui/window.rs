@@ -210,11 +210,26 @@ mod tests {
             assert_eq!(parse(range).unwrap(), ms, "{range}");
             assert_eq!(text(ms), back);
         }
-        for bad in ["", "m", "0m", "8d", "forever", "1.5h", "-1h", "1 h", "1H", "99999999m", "é"] {
+        for bad in [
+            "",
+            "m",
+            "0m",
+            "8d",
+            "forever",
+            "1.5h",
+            "-1h",
+            "1 h",
+            "1H",
+            "99999999m",
+            "é",
+        ] {
             let Err(UiError::BadRequest(message)) = parse(bad) else {
                 panic!("{bad:?} parsed");
             };
-            assert!(message.contains("`range`") && message.contains("1m to 7d"), "{message}");
+            assert!(
+                message.contains("`range`") && message.contains("1m to 7d"),
+                "{message}"
+            );
         }
     }
 
@@ -224,7 +239,9 @@ mod tests {
         let choices = window.choices();
         let values: Vec<&str> = choices.iter().map(|c| c.value.as_str()).collect();
         assert_eq!(values, ["2m", "15m", "1h", "6h", "24h", "7d"]);
-        assert!(choices[0].selected && choices[0].label == "last 2 minutes (since the cluster started)");
+        assert!(
+            choices[0].selected && choices[0].label == "last 2 minutes (since the cluster started)"
+        );
         assert_eq!(choices.iter().filter(|c| c.selected).count(), 1);
         assert_eq!(words(HOUR), "last hour");
         assert_eq!(words(7 * DAY), "last 7 days");
