@@ -53,7 +53,9 @@ impl Window {
         let (ms, fitted) = match range.filter(|r| !r.is_empty()) {
             Some(range) => (parse(range)?, false),
             None => {
-                let fit = first_ms.map_or(default_ms, |first| fit(now_ms - first, default_ms));
+                let fit = first_ms.map_or(default_ms, |first| {
+                    fit(now_ms.saturating_sub(first), default_ms)
+                });
                 (fit, fit < default_ms)
             }
         };
@@ -193,6 +195,10 @@ mod tests {
         assert_eq!(young.range(), "2m");
         let asked = Window::resolve(Some("1h"), HOUR, now, Some(now - 100_000)).unwrap();
         assert_eq!((asked.ms, asked.fitted), (HOUR, false));
+        let ancient = Window::resolve(None, HOUR, now, Some(i64::MIN)).unwrap();
+        assert_eq!(ancient.ms, HOUR, "a first event at any time is no overflow");
+        let future = Window::resolve(None, HOUR, now, Some(i64::MAX)).unwrap();
+        assert_eq!(future.ms, MINUTE);
         let empty = Window::resolve(None, HOUR, now, None).unwrap();
         assert_eq!((empty.ms, empty.fitted), (HOUR, false));
     }
