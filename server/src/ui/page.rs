@@ -9,7 +9,7 @@ use troupe_protocol::EventKind;
 use troupe_web::format::href;
 use troupe_web::pages::{ErrorPage, Layout, Section};
 
-use super::window::Window;
+use super::window::{BadRange, Window};
 use crate::state::AppState;
 use crate::store::{ClusterRow, StoreError};
 use crate::time::now_ms;
@@ -34,6 +34,12 @@ pub(crate) enum UiError {
     /// A template failed to render (a bug).
     #[error("rendering failed: {0}")]
     Render(#[from] askama::Error),
+}
+
+impl From<BadRange> for UiError {
+    fn from(bad: BadRange) -> Self {
+        Self::BadRequest(bad.0)
+    }
 }
 
 impl UiError {
@@ -109,7 +115,7 @@ impl Context {
         // A bad range is refused before the store is asked anything.
         let explicit = range.filter(|r| !r.is_empty());
         if explicit.is_some() {
-            return Window::resolve(explicit, default_ms, self.now_ms, None);
+            return Ok(Window::resolve(explicit, default_ms, self.now_ms, None)?);
         }
         let first_ms = match &self.cluster {
             Some(cluster) => {
@@ -118,7 +124,7 @@ impl Context {
             }
             None => None,
         };
-        Window::resolve(None, default_ms, self.now_ms, first_ms)
+        Ok(Window::resolve(None, default_ms, self.now_ms, first_ms)?)
     }
 
     /// The node page of `node` in this cluster.

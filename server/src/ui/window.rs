@@ -8,7 +8,10 @@
 
 use troupe_web::pages::Choice;
 
-use super::page::UiError;
+/// A `range` parameter that is not one: what the 400 page says.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct BadRange(pub(crate) String);
 
 /// A page's range when its address names none and the cluster is older.
 pub(crate) const DEFAULT_RANGE_MS: i64 = HOUR;
@@ -49,7 +52,7 @@ impl Window {
         default_ms: i64,
         now_ms: i64,
         first_ms: Option<i64>,
-    ) -> Result<Self, UiError> {
+    ) -> Result<Self, BadRange> {
         let (ms, fitted) = match range.filter(|r| !r.is_empty()) {
             Some(range) => (parse(range)?, false),
             None => {
@@ -116,9 +119,9 @@ pub(crate) fn fit(age_ms: i64, default_ms: i64) -> i64 {
 }
 
 /// Parses a `range` parameter.
-pub(crate) fn parse(range: &str) -> Result<i64, UiError> {
+pub(crate) fn parse(range: &str) -> Result<i64, BadRange> {
     let bad = || {
-        UiError::BadRequest(format!(
+        BadRange(format!(
             "The `range` parameter must be a number and a unit, m (minutes), h (hours) or d \
              (days), from {} to {}, like 15m, 1h or 7d; “{range}” is not.",
             text(MIN_RANGE_MS),
@@ -229,7 +232,7 @@ mod tests {
             "99999999m",
             "é",
         ] {
-            let Err(UiError::BadRequest(message)) = parse(bad) else {
+            let Err(BadRange(message)) = parse(bad) else {
                 panic!("{bad:?} parsed");
             };
             assert!(
