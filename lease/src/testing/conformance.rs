@@ -29,7 +29,8 @@
 //! ```
 //!
 //! Cases:
-//! - [`concurrent_acquirers_one_winner`]: 20 concurrent acquirers, exactly one winner.
+//! - [`concurrent_acquirers_one_winner`]: 20 concurrent acquirers, exactly one winner (on a TTL
+//!   of at least the operation timeout, so load cannot let the grant lapse mid-case).
 //! - [`racing_updaters_never_lose_an_update`]: owners racing acquire/release never overlap (at
 //!   the store, nor in `holds()`: once one is granted, the previous holder's `holds()` is false) and
 //!   every grant is counted with its own increasing token; hosts racing claims and releases on
@@ -61,7 +62,7 @@ use crate::directory::{
 };
 use crate::lease::{
     FencingToken, Lease, LeaseLost, LeaseLostCallback, LeaseProvider, LeaseSettings,
-    MAX_NAME_BYTES, validate_identity,
+    MAX_LEASE_TTL, MAX_NAME_BYTES, validate_identity,
 };
 
 /// One isolated backend instance under test.
@@ -118,9 +119,26 @@ impl Backend {
     }
 
     fn lease(&self, name: &str, owner: &str) -> Arc<dyn Lease> {
+        self.lease_with(name, owner, &self.settings)
+    }
+
+    fn lease_with(&self, name: &str, owner: &str, settings: &LeaseSettings) -> Arc<dyn Lease> {
         self.leases
-            .lease(name, owner, &self.settings)
+            .lease(name, owner, settings)
             .unwrap_or_else(|e| panic!("[{}] lease handle {name}/{owner}: {e}", self.name))
+    }
+
+    /// `settings` with TTL and renew interval multiplied by the smallest whole factor that
+    /// makes the TTL at least `operation_timeout` (so a backend that honours whole seconds
+    /// still does), capped at [`MAX_LEASE_TTL`].
+    fn race_settings(&self) -> LeaseSettings {
+        let ttl = self.settings.ttl();
+        let wanted = self.operation_timeout.min(MAX_LEASE_TTL);
+        let factor = u32::try_from(wanted.as_nanos().div_ceil(ttl.as_nanos().max(1)))
+            .unwrap_or(1)
+            .max(1);
+        LeaseSettings::new(ttl * factor, self.settings.renew_interval() * factor)
+            .unwrap_or(self.settings)
     }
 
     async fn bounded<T>(&self, what: &str, fut: impl Future<Output = T>) -> T {
@@ -168,9 +186,15 @@ fn ignore_loss() -> LeaseLostCallback {
 }
 
 /// 20 handles of one lease acquire at once: exactly one wins, the others are told it is held.
+///
+/// The handles use [`Backend::settings`] scaled up (same ratio, whole multiples) to a TTL of at
+/// least [`Backend::operation_timeout`]: the case is about the race, and a short TTL on a loaded
+/// machine would let the winner's grant lapse between the race and the checks, so a late
+/// acquirer would win too.
 pub async fn concurrent_acquirers_one_winner(b: &Backend) {
+    let settings = b.race_settings();
     let handles: Vec<Arc<dyn Lease>> = (0..20)
-        .map(|i| b.lease("contended", &format!("owner-{i}")))
+        .map(|i| b.lease_with("contended", &format!("owner-{i}"), &settings))
         .collect();
     let mut tasks = Vec::new();
     for handle in &handles {
