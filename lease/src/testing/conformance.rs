@@ -61,8 +61,8 @@ use crate::directory::{
     Revision, validate_actor, validate_host,
 };
 use crate::lease::{
-    FencingToken, Lease, LeaseLost, LeaseLostCallback, LeaseProvider, LeaseSettings,
-    MAX_LEASE_TTL, MAX_NAME_BYTES, validate_identity,
+    FencingToken, Lease, LeaseLost, LeaseLostCallback, LeaseProvider, LeaseSettings, MAX_LEASE_TTL,
+    MAX_NAME_BYTES, validate_identity,
 };
 
 /// One isolated backend instance under test.

@@ -234,10 +234,7 @@ pub async fn unclaim(
         let host: HostQuery = query_expecting(&req, "?host=<host>")?;
         validate_actor(&actor)?;
         validate_host(&host.host)?;
-        let released = service
-            .directory()
-            .release(&actor, &host.host)
-            .await?;
+        let released = service.directory().release(&actor, &host.host).await?;
         let done = if released {
             "released the claim"
         } else {
@@ -270,10 +267,7 @@ pub async fn evict(
     audited_coordination(&state, &req, asked, async {
         let service = state.coordination_for(&req)?;
         validate_host(&host)?;
-        let released = service
-            .directory()
-            .evict_host(&host)
-            .await?;
+        let released = service.directory().evict_host(&host).await?;
         let done = format!(
             "released {} claim{}{}{}",
             released.len(),
