@@ -318,6 +318,18 @@ impl Store {
             .await?))
     }
 
+    /// When a cluster's history starts: the time of its oldest stored event or dead letter,
+    /// `None` when it has stored neither (depth ticks are not looked at: they have no index
+    /// that leads from a cluster to its oldest). What the dashboard's default ranges fit.
+    pub async fn first_event_ms(&self, cluster_id: i64) -> Result<Option<i64>, StoreError> {
+        Ok(with_pool!(self, |pool| sqlx::query_scalar(
+            sql::FIRST_EVENT_MS
+        )
+        .bind(cluster_id)
+        .fetch_one(pool)
+        .await?))
+    }
+
     /// The clusters named `name`, one per identity, by key.
     pub async fn clusters_named(&self, name: &str) -> Result<Vec<ClusterRow>, StoreError> {
         Ok(with_pool!(self, |pool| sqlx::query_as(sql::CLUSTERS_NAMED)

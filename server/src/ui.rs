@@ -23,6 +23,7 @@ mod page;
 mod routers;
 mod singletons;
 mod timeline;
+mod window;
 
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse, web};

@@ -464,10 +464,10 @@ pub struct RoutersPage {
     pub routers: Vec<RouterView>,
     /// Deepest mailboxes in the latest sample of each node.
     pub deepest: Vec<MailboxView>,
+    /// Range options.
+    pub ranges: Vec<Choice>,
     /// The charts' range, in words.
     pub range_label: String,
-    /// How much of each minute the charts read (100: all of it).
-    pub sampled_percent: i64,
 }
 
 /// A dead letter row.
@@ -575,6 +575,10 @@ pub struct NodePage {
     pub chart: Chart,
     /// Its deepest mailboxes in the latest sample.
     pub mailboxes: Vec<MailboxView>,
+    /// Range options (of the depth chart).
+    pub ranges: Vec<Choice>,
+    /// The depth chart's range, in words.
+    pub range_label: String,
     /// Link to its events on the timeline.
     pub timeline_href: String,
     /// Link to the management actions about it on the audit page.

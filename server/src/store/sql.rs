@@ -175,6 +175,14 @@ SELECT c.id, c.cluster_key, c.name, c.identity, c.leader, c.first_seen_ms,
         c.last_report_ms) AS last_report_ms
 FROM clusters c WHERE c.cluster_key = $1";
 
+/// The time of a cluster's oldest stored event or dead letter (NULL for none): one probe of
+/// each table's `(cluster_id, at_ms, id)` index (of each day partition on PostgreSQL).
+pub(crate) const FIRST_EVENT_MS: &str = "\
+SELECT MIN(f.at_ms) FROM (
+    SELECT MIN(at_ms) AS at_ms FROM events WHERE cluster_id = $1
+    UNION ALL SELECT MIN(at_ms) AS at_ms FROM dead_letters WHERE cluster_id = $1
+) AS f";
+
 /// The clusters reported under a name (one per identity), by key.
 pub(crate) const CLUSTERS_NAMED: &str = "\
 SELECT c.id, c.cluster_key, c.name, c.identity, c.leader, c.first_seen_ms,

@@ -9,9 +9,10 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 use troupe_web::chart::Chart;
 use troupe_web::format::{TimeText, count, href};
-use troupe_web::pages::{Choice, DeadLetterView, DeadLettersPage, Section};
+use troupe_web::pages::{DeadLetterView, DeadLettersPage, Section};
 
 use super::page::{self, Context, UiError};
+use super::window::DEFAULT_RANGE_MS;
 use crate::state::AppState;
 use crate::store::{DeadLetterFilter, DeadLetterRow};
 
@@ -61,11 +62,15 @@ fn rebucket(minutes: &[(i64, i64)], since_ms: i64, bucket_ms: i64) -> Vec<(i64, 
 async fn build(state: &AppState, req: &HttpRequest) -> Result<DeadLettersPage, UiError> {
     let query: DeadLettersQuery = page::query(req)?;
     let ctx = Context::load(state, query.cluster.as_deref()).await?;
-    let (range, range_ms) = page::range_ms(query.range.as_deref())?;
+    let window = ctx
+        .window(state, query.range.as_deref(), DEFAULT_RANGE_MS)
+        .await?;
+    let range = window.range();
+    let range_ms = window.ms;
     let q = query.q.clone().unwrap_or_default();
     let recipient = query.recipient.clone().unwrap_or_default();
     let message_type = query.message_type.clone().unwrap_or_default();
-    let until_ms = ctx.now_ms + 1;
+    let until_ms = window.until_ms;
     // Whole minutes, so the chart's first bar is a full one.
     let since_ms = (until_ms - range_ms).div_euclid(60_000) * 60_000;
     let bucket_ms = ((range_ms / BARS).div_euclid(60_000) * 60_000).max(60_000);
@@ -75,7 +80,7 @@ async fn build(state: &AppState, req: &HttpRequest) -> Result<DeadLettersPage, U
         q: q.clone(),
         recipient: recipient.clone(),
         message_type: message_type.clone(),
-        ranges: Choice::list(page::RANGES, &range),
+        ranges: window.choices(),
         chart: Chart::bars(since_ms, until_ms, bucket_ms, "dead letters", &[]),
         total: "0".to_owned(),
         rows: Vec::new(),

@@ -9,7 +9,8 @@ use troupe_web::format::{TimeText, age, count, href};
 use troupe_web::pages::{DropView, IncarnationView, NodePage, Section, health_class};
 
 use super::page::{self, Context, UiError};
-use super::routers::{BUCKETS, RANGE_MS, Series, chart_ticks, deepest, series_by};
+use super::routers::{BUCKETS, Series, chart_ticks, deepest, series_by};
+use super::window::DEFAULT_RANGE_MS;
 use super::{events, overview};
 use crate::state::AppState;
 use crate::store::{AuditFilter, AuditScope, EventFilter};
@@ -27,6 +28,7 @@ const AUDITED: i64 = 100;
 struct NodeQuery {
     cluster: Option<String>,
     node: Option<String>,
+    range: Option<String>,
 }
 
 async fn build(state: &AppState, req: &HttpRequest) -> Result<NodePage, UiError> {
@@ -36,6 +38,9 @@ async fn build(state: &AppState, req: &HttpRequest) -> Result<NodePage, UiError>
         .filter(|n| !n.is_empty())
         .ok_or_else(|| UiError::BadRequest("Say which node: /ui/node?node=host:port.".into()))?;
     let ctx = Context::load(state, query.cluster.as_deref()).await?;
+    let window = ctx
+        .window(state, query.range.as_deref(), DEFAULT_RANGE_MS)
+        .await?;
     let cluster = ctx
         .cluster
         .clone()
@@ -127,11 +132,10 @@ async fn build(state: &AppState, req: &HttpRequest) -> Result<NodePage, UiError>
             },
         )
         .await?;
-    let until_ms = ctx.now_ms + 1;
-    let since_ms = until_ms - RANGE_MS;
+    let (since_ms, until_ms) = (window.since_ms, window.until_ms);
     let mailboxes = deepest(state, &ctx, cluster.id, Some(&node)).await?;
     let (ticks, _) = chart_ticks(state, cluster.id, Some(&node), since_ms, until_ms).await?;
-    let by_path = series_by(&ticks, since_ms, RANGE_MS / BUCKETS, |s| {
+    let by_path = series_by(&ticks, since_ms, window.ms / BUCKETS, |s| {
         Some(s.path.as_str())
     });
     // The actors whose mean depth peaked highest, deepest first.
@@ -157,6 +161,8 @@ async fn build(state: &AppState, req: &HttpRequest) -> Result<NodePage, UiError>
         events: reported.iter().map(|r| events::view(&ctx, r)).collect(),
         about: about.iter().map(|r| events::view(&ctx, r)).collect(),
         chart: Chart::lines(since_ms, until_ms, "messages", series),
+        ranges: window.choices(),
+        range_label: window.label(),
         mailboxes,
         timeline_href: href(
             Section::Timeline.path(),

@@ -9,6 +9,7 @@ use troupe_protocol::EventKind;
 use troupe_web::format::href;
 use troupe_web::pages::{ErrorPage, Layout, Section};
 
+use super::window::{BadRange, Window};
 use crate::state::AppState;
 use crate::store::{ClusterRow, StoreError};
 use crate::time::now_ms;
@@ -33,6 +34,12 @@ pub(crate) enum UiError {
     /// A template failed to render (a bug).
     #[error("rendering failed: {0}")]
     Render(#[from] askama::Error),
+}
+
+impl From<BadRange> for UiError {
+    fn from(bad: BadRange) -> Self {
+        Self::BadRequest(bad.0)
+    }
 }
 
 impl UiError {
@@ -97,6 +104,29 @@ impl Context {
         )
     }
 
+    /// The time range a page shows: what its `range` parameter says, else `default_ms`,
+    /// or the shown cluster's age when that is shorter (see `super::window`).
+    pub(crate) async fn window(
+        &self,
+        state: &AppState,
+        range: Option<&str>,
+        default_ms: i64,
+    ) -> Result<Window, UiError> {
+        // A bad range is refused before the store is asked anything.
+        let explicit = range.filter(|r| !r.is_empty());
+        if explicit.is_some() {
+            return Ok(Window::resolve(explicit, default_ms, self.now_ms, None)?);
+        }
+        let first_ms = match &self.cluster {
+            Some(cluster) => {
+                let first_event = state.store.first_event_ms(cluster.id).await?;
+                Some(first_event.map_or(cluster.first_seen_ms, |at| at.min(cluster.first_seen_ms)))
+            }
+            None => None,
+        };
+        Ok(Window::resolve(None, default_ms, self.now_ms, first_ms)?)
+    }
+
     /// The node page of `node` in this cluster.
     pub(crate) fn node_href(&self, node: &str) -> String {
         href(
@@ -119,33 +149,6 @@ pub(crate) fn query<T: serde::de::DeserializeOwned>(req: &HttpRequest) -> Result
     serde_html_form::from_str(req.query_string())
         .map_err(|e| UiError::BadRequest(format!("This page's address has a bad query: {e}.")))
 }
-
-/// A time range choice (`15m`, `1h`, `6h`, `24h`, `7d`) in milliseconds.
-pub(crate) fn range_ms(range: Option<&str>) -> Result<(String, i64), UiError> {
-    let range = range.filter(|r| !r.is_empty()).unwrap_or("1h");
-    let ms = match range {
-        "15m" => 15 * 60_000,
-        "1h" => 3_600_000,
-        "6h" => 6 * 3_600_000,
-        "24h" => 24 * 3_600_000,
-        "7d" => 7 * 24 * 3_600_000,
-        other => {
-            return Err(UiError::BadRequest(format!(
-                "Unknown range “{other}”; use 15m, 1h, 6h, 24h or 7d."
-            )));
-        }
-    };
-    Ok((range.to_owned(), ms))
-}
-
-/// The range options of a `<select>`.
-pub(crate) const RANGES: &[(&str, &str)] = &[
-    ("15m", "last 15 minutes"),
-    ("1h", "last hour"),
-    ("6h", "last 6 hours"),
-    ("24h", "last 24 hours"),
-    ("7d", "last 7 days"),
-];
 
 pub(crate) fn secure(
     builder: &mut actix_web::HttpResponseBuilder,

@@ -1,5 +1,5 @@
-//! `GET /ui/routers`: routers with their routees and strategy, routee mailbox depth over the
-//! last hour per node, and the deepest mailboxes now.
+//! `GET /ui/routers`: routers with their routees and strategy, routee mailbox depth per node
+//! over the page's range (`super::window`), and the deepest mailboxes now.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -11,6 +11,7 @@ use troupe_web::format::TimeText;
 use troupe_web::pages::{MailboxView, NodeLink, RouterView, RoutersPage, Section};
 
 use super::page::{self, Context, UiError};
+use super::window::DEFAULT_RANGE_MS;
 use crate::state::AppState;
 use crate::store::string_list;
 
@@ -21,8 +22,6 @@ const MAX_ROUTERS: usize = 50;
 const CHART_TICKS: i64 = 4_000;
 /// Ticks the "deepest now" table reads at most (the newest, from the last minute).
 const NOW_TICKS: i64 = 2_000;
-/// The charts' range.
-pub(crate) const RANGE_MS: i64 = 3_600_000;
 /// Buckets per chart.
 pub(crate) const BUCKETS: i64 = 60;
 /// Mailboxes in a "deepest now" table.
@@ -33,6 +32,7 @@ const NOW_MS: i64 = 60_000;
 #[derive(Debug, Default, Deserialize)]
 struct RoutersQuery {
     cluster: Option<String>,
+    range: Option<String>,
 }
 
 /// A depth tick with its samples parsed.
@@ -195,22 +195,23 @@ pub(crate) async fn deepest(
 async fn build(state: &AppState, req: &HttpRequest) -> Result<RoutersPage, UiError> {
     let query: RoutersQuery = page::query(req)?;
     let ctx = Context::load(state, query.cluster.as_deref()).await?;
+    let window = ctx
+        .window(state, query.range.as_deref(), DEFAULT_RANGE_MS)
+        .await?;
     let mut page = RoutersPage {
         layout: ctx.layout(Section::Routers, "Routers & mailboxes"),
         routers: Vec::new(),
         deepest: Vec::new(),
-        range_label: "last hour (mean per minute)".to_owned(),
-        sampled_percent: 100,
+        ranges: window.choices(),
+        range_label: window.label(),
     };
     let Some(cluster) = &ctx.cluster else {
         return Ok(page);
     };
-    let until_ms = ctx.now_ms + 1;
-    let since_ms = until_ms - RANGE_MS;
+    let (since_ms, until_ms) = (window.since_ms, window.until_ms);
     page.deepest = deepest(state, &ctx, cluster.id, None).await?;
-    let (ticks, share) = chart_ticks(state, cluster.id, None, since_ms, until_ms).await?;
-    page.sampled_percent = (share * 100.0).round() as i64;
-    let mut series = series_by(&ticks, since_ms, RANGE_MS / BUCKETS, |s| {
+    let (ticks, _) = chart_ticks(state, cluster.id, None, since_ms, until_ms).await?;
+    let mut series = series_by(&ticks, since_ms, window.ms / BUCKETS, |s| {
         s.router.as_deref()
     });
     let routers = state.store.routers(cluster.id).await?;

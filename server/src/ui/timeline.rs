@@ -10,6 +10,7 @@ use troupe_web::pages::{Choice, Section, TimelinePage};
 
 use super::events;
 use super::page::{self, Context, UiError};
+use super::window::DEFAULT_RANGE_MS;
 use crate::state::AppState;
 use crate::store::EventFilter;
 
@@ -74,15 +75,17 @@ fn kind_choices(current: &str) -> Vec<Choice> {
 async fn build(state: &AppState, req: &HttpRequest) -> Result<TimelinePage, UiError> {
     let query: TimelineQuery = page::query(req)?;
     let ctx = Context::load(state, query.cluster.as_deref()).await?;
-    let (range, range_ms) = page::range_ms(query.range.as_deref())?;
     let kind = query.kind.clone().unwrap_or_default();
+    let selected_kinds = kinds(&kind)?;
+    let window = ctx
+        .window(state, query.range.as_deref(), DEFAULT_RANGE_MS)
+        .await?;
     let node = query.node.clone().unwrap_or_default();
     let subject = query.subject.clone().unwrap_or_default();
-    let until_ms = ctx.now_ms + 1;
-    let since_ms = until_ms - range_ms;
+    let (since_ms, until_ms) = (window.since_ms, window.until_ms);
     let mut page = TimelinePage {
         layout: ctx.layout(Section::Timeline, "Timeline"),
-        ranges: Choice::list(page::RANGES, &range),
+        ranges: window.choices(),
         kinds: kind_choices(&kind),
         node: node.clone(),
         subject: subject.clone(),
@@ -102,7 +105,7 @@ async fn build(state: &AppState, req: &HttpRequest) -> Result<TimelinePage, UiEr
         .events(
             cluster.id,
             &EventFilter {
-                kinds: kinds(&kind)?,
+                kinds: selected_kinds,
                 node: non_empty(&node),
                 subject: non_empty(&subject),
                 since_ms: Some(since_ms),
