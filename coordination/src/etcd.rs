@@ -637,7 +637,7 @@ impl DirInner {
                     String::from_utf8_lossy(value)
                 ),
             })?;
-        directory::validate_name("host", &parsed.host).map_err(|e| DirectoryError::Malformed {
+        directory::validate_host(&parsed.host).map_err(|e| DirectoryError::Malformed {
             key: String::from_utf8_lossy(key).into_owned(),
             reason: e.to_string(),
         })?;
@@ -653,8 +653,6 @@ impl DirInner {
     }
 
     async fn claim(&self, actor: String, host: String) -> Result<ClaimOutcome, DirectoryError> {
-        directory::validate_name("actor id", &actor)?;
-        directory::validate_name("host", &host)?;
         let key = self.key(&actor);
         let value = serde_json::to_vec(&ClaimValue { host: host.clone() })
             .map_err(|e| DirectoryError::Provider(e.to_string()))?;
@@ -812,25 +810,39 @@ impl Directory for EtcdDirectory {
     fn claim(&self, actor: &str, host: &str) -> DirectoryFuture<ClaimOutcome> {
         let inner = Arc::clone(&self.inner);
         let (actor, host) = (actor.to_owned(), host.to_owned());
-        Box::pin(async move { inner.claim(actor, host).await })
+        Box::pin(async move {
+            directory::validate_actor(&actor)?;
+            directory::validate_host(&host)?;
+            inner.claim(actor, host).await
+        })
     }
 
     fn lookup(&self, actor: &str) -> DirectoryFuture<Option<Claim>> {
         let inner = Arc::clone(&self.inner);
         let actor = actor.to_owned();
-        Box::pin(async move { inner.lookup(actor).await })
+        Box::pin(async move {
+            directory::validate_actor(&actor)?;
+            inner.lookup(actor).await
+        })
     }
 
     fn release(&self, actor: &str, host: &str) -> DirectoryFuture<bool> {
         let inner = Arc::clone(&self.inner);
         let (actor, host) = (actor.to_owned(), host.to_owned());
-        Box::pin(async move { inner.release(actor, host).await })
+        Box::pin(async move {
+            directory::validate_actor(&actor)?;
+            directory::validate_host(&host)?;
+            inner.release(actor, host).await
+        })
     }
 
     fn evict_host(&self, host: &str) -> DirectoryFuture<Vec<String>> {
         let inner = Arc::clone(&self.inner);
         let host = host.to_owned();
-        Box::pin(async move { inner.evict_host(host).await })
+        Box::pin(async move {
+            directory::validate_host(&host)?;
+            inner.evict_host(host).await
+        })
     }
 
     fn snapshot(&self) -> DirectoryFuture<DirectorySnapshot> {

@@ -7,6 +7,12 @@
 //! after its last confirmed renewal was sent, before the server lets the grant go (one TTL
 //! after it received that renewal). Watches long-poll and resume from the last revision seen.
 //!
+//! An error answer maps back by its body's `code` to the variant the server's backend
+//! returned, with its message ([`LeaseError::from_code`], [`DirectoryError::from_code`]); a
+//! code this client does not know, or none, falls back on the status: 5xx, 429 and 408 are
+//! `Unavailable` (retry), 409 [`LeaseError::NotOwner`], anything else `Provider` naming the
+//! status, code and message.
+//!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
@@ -69,15 +75,26 @@ impl std::fmt::Debug for HttpCoordination {
 enum Failure {
     /// No answer (connect error, timeout, cut off).
     Unreachable(String),
-    /// An answer with this status and the server's message.
-    Status(StatusCode, String, Option<u64>),
+    /// An error answer.
+    Status(Refusal),
 }
 
-impl Failure {
-    fn message(&self) -> String {
-        match self {
-            Self::Unreachable(m) => m.clone(),
-            Self::Status(status, m, _) => format!("{status}: {m}"),
+/// An error answer: its status, the body's `code` (absent from servers before codes, or
+/// from something else in the way, such as a proxy) and message, and the oldest revision a
+/// 410 names.
+struct Refusal {
+    status: StatusCode,
+    code: Option<String>,
+    message: String,
+    oldest: Option<u64>,
+}
+
+impl Refusal {
+    /// The status, the code when there is one, and the message.
+    fn described(&self) -> String {
+        match &self.code {
+            Some(code) => format!("{} ({code}): {}", self.status, self.message),
+            None => format!("{}: {}", self.status, self.message),
         }
     }
 }
@@ -85,6 +102,8 @@ impl Failure {
 #[derive(Deserialize)]
 struct ErrorBody {
     error: String,
+    #[serde(default)]
+    code: Option<String>,
 }
 
 impl Client {
@@ -122,10 +141,16 @@ impl Client {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse().ok());
         let text = response.text().await.unwrap_or_default();
-        let message = serde_json::from_str::<ErrorBody>(&text)
-            .map(|b| b.error)
-            .unwrap_or(text);
-        Err(Failure::Status(status, message, oldest))
+        let (message, code) = match serde_json::from_str::<ErrorBody>(&text) {
+            Ok(body) => (body.error, body.code),
+            Err(_) => (text, None),
+        };
+        Err(Failure::Status(Refusal {
+            status,
+            code,
+            message,
+            oldest,
+        }))
     }
 }
 
@@ -272,30 +297,52 @@ struct ReleasedAnswer {
     released: bool,
 }
 
+/// The error a failed lease request stands for: by the answer's `code` the same variant the
+/// server's backend returned (its message without the `lease "name": ` the variant adds
+/// again); for no code or one this client does not know, by status: a 5xx, 429 or 408 is
+/// [`LeaseError::Unavailable`] (retry), 409 [`LeaseError::NotOwner`], anything else
+/// [`LeaseError::Provider`] naming status, code and message.
 fn lease_failure(name: &str, failure: Failure) -> LeaseError {
-    let reason = failure.message();
-    match failure {
-        Failure::Unreachable(_) => LeaseError::Unavailable {
-            lease: name.to_owned(),
-            reason,
-        },
-        Failure::Status(status, ..)
-            if status == StatusCode::SERVICE_UNAVAILABLE || status.is_server_error() =>
-        {
-            LeaseError::Unavailable {
+    let refusal = match failure {
+        Failure::Unreachable(reason) => {
+            return LeaseError::Unavailable {
                 lease: name.to_owned(),
                 reason,
-            }
+            };
         }
-        Failure::Status(StatusCode::BAD_REQUEST, ..) => LeaseError::Settings {
-            lease: name.to_owned(),
-            reason,
-        },
-        Failure::Status(..) => LeaseError::Provider {
-            lease: name.to_owned(),
-            reason,
-        },
+        Failure::Status(refusal) => refusal,
+    };
+    if let Some(code) = &refusal.code {
+        let prefix = format!("lease {name:?}: ");
+        let reason = refusal
+            .message
+            .strip_prefix(&prefix)
+            .unwrap_or(&refusal.message)
+            .to_owned();
+        // A 5xx body says only a fixed sentence; keep the status with it.
+        let reason = if refusal.status.is_server_error() {
+            refusal.described()
+        } else {
+            reason
+        };
+        if let Some(error) = LeaseError::from_code(code, name, reason) {
+            return error;
+        }
     }
+    let lease = name.to_owned();
+    let reason = refusal.described();
+    match refusal.status {
+        status if retryable(status) => LeaseError::Unavailable { lease, reason },
+        StatusCode::CONFLICT => LeaseError::NotOwner { lease, reason },
+        _ => LeaseError::Provider { lease, reason },
+    }
+}
+
+/// Whether an answer without a known code means "try again later".
+fn retryable(status: StatusCode) -> bool {
+    status.is_server_error()
+        || status == StatusCode::TOO_MANY_REQUESTS
+        || status == StatusCode::REQUEST_TIMEOUT
 }
 
 fn json<T: Serialize>(value: &T) -> Option<serde_json::Value> {
@@ -365,10 +412,11 @@ impl LeaseStore for HttpLeaseStore {
             Ok(_) => Err(RenewError::Gone(
                 "the server answered the renewal with another grant".to_owned(),
             )),
-            Err(Failure::Status(StatusCode::CONFLICT, message, _)) => {
-                Err(RenewError::Gone(message))
-            }
-            Err(failure) => Err(RenewError::Failed(failure.message())),
+            Err(failure) => match lease_failure(name, failure) {
+                // The server no longer holds the grant for us: it is gone, not just late.
+                error @ LeaseError::NotOwner { .. } => Err(RenewError::Gone(error.to_string())),
+                error => Err(RenewError::Failed(error.to_string())),
+            },
         }
     }
 
@@ -467,18 +515,41 @@ struct WatchAnswer {
     events: Vec<EventAnswer>,
 }
 
+/// The error a failed directory request stands for: by the answer's `code` the same variant
+/// the server's backend returned (a 410 [`DirectoryError::Compacted`] with the oldest
+/// revision it names); for no code or one this client does not know, by status: 5xx, 429
+/// or 408 [`DirectoryError::Unavailable`], anything else [`DirectoryError::Provider`].
 fn directory_failure(failure: Failure, after: Revision) -> DirectoryError {
-    match failure {
-        Failure::Unreachable(m) => DirectoryError::Unavailable(m),
-        Failure::Status(StatusCode::GONE, _, Some(oldest)) => DirectoryError::Compacted {
+    let refusal = match failure {
+        Failure::Unreachable(m) => return DirectoryError::Unavailable(m),
+        Failure::Status(refusal) => refusal,
+    };
+    if refusal.status == StatusCode::GONE
+        && let Some(oldest) = refusal.oldest
+    {
+        return DirectoryError::Compacted {
             requested: after,
             oldest: Revision(oldest),
-        },
-        Failure::Status(StatusCode::BAD_REQUEST, m, _) => DirectoryError::Invalid(m),
-        Failure::Status(status, m, _) if status.is_server_error() => {
-            DirectoryError::Unavailable(format!("{status}: {m}"))
+        };
+    }
+    if let Some(code) = &refusal.code {
+        let reason = if refusal.status.is_server_error() {
+            refusal.described()
+        } else {
+            refusal
+                .message
+                .strip_prefix("directory: ")
+                .unwrap_or(&refusal.message)
+                .to_owned()
+        };
+        if let Some(error) = DirectoryError::from_code(code, reason) {
+            return error;
         }
-        failure => DirectoryError::Provider(failure.message()),
+    }
+    if retryable(refusal.status) {
+        DirectoryError::Unavailable(refusal.described())
+    } else {
+        DirectoryError::Provider(refusal.described())
     }
 }
 
@@ -525,8 +596,8 @@ impl Directory for HttpDirectory {
         let this = self.clone();
         let (actor, host) = (actor.to_owned(), host.to_owned());
         Box::pin(async move {
-            directory::validate_name("actor id", &actor)?;
-            directory::validate_name("host", &host)?;
+            directory::validate_actor(&actor)?;
+            directory::validate_host(&host)?;
             let answer: OutcomeAnswer = this
                 .get(
                     Method::POST,
@@ -548,7 +619,7 @@ impl Directory for HttpDirectory {
         let this = self.clone();
         let actor = actor.to_owned();
         Box::pin(async move {
-            directory::validate_name("actor id", &actor)?;
+            directory::validate_actor(&actor)?;
             let answer: LookupAnswer = this
                 .get(
                     Method::GET,
@@ -565,8 +636,8 @@ impl Directory for HttpDirectory {
         let this = self.clone();
         let (actor, host) = (actor.to_owned(), host.to_owned());
         Box::pin(async move {
-            directory::validate_name("actor id", &actor)?;
-            directory::validate_name("host", &host)?;
+            directory::validate_actor(&actor)?;
+            directory::validate_host(&host)?;
             let answer: ReleasedAnswer2 = this
                 .get(
                     Method::DELETE,
@@ -583,7 +654,7 @@ impl Directory for HttpDirectory {
         let this = self.clone();
         let host = host.to_owned();
         Box::pin(async move {
-            directory::validate_name("host", &host)?;
+            directory::validate_host(&host)?;
             let answer: EvictedAnswer = this
                 .get(
                     Method::POST,
@@ -674,5 +745,132 @@ async fn poll(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use troupe_lease::lease::NameProblem;
+
+    fn refused(status: u16, code: Option<&str>, message: &str) -> Failure {
+        Failure::Status(Refusal {
+            status: StatusCode::from_u16(status).unwrap(),
+            code: code.map(str::to_owned),
+            message: message.to_owned(),
+            oldest: None,
+        })
+    }
+
+    #[test]
+    fn a_lease_error_maps_back_by_code_to_the_servers_variant_and_message() {
+        let server = LeaseError::InvalidOwner {
+            lease: "l".to_owned(),
+            problem: NameProblem::TooLong,
+            reason: "lease owner \"o…\" is 600 bytes long; at most 512 bytes are allowed"
+                .to_owned(),
+        };
+        let error = lease_failure("l", refused(400, Some(server.code()), &server.to_string()));
+        assert_eq!(error, server, "same variant, same message");
+        let error = lease_failure(
+            "l",
+            refused(
+                400,
+                Some("ttl_out_of_range"),
+                "ttl_ms/renew_interval_ms: lease ttl 0ns",
+            ),
+        );
+        assert_eq!(error.code(), "ttl_out_of_range");
+        assert!(
+            error
+                .to_string()
+                .ends_with("ttl_ms/renew_interval_ms: lease ttl 0ns")
+        );
+        let error = lease_failure(
+            "l",
+            refused(409, Some("not_owner"), "lease \"l\": not held"),
+        );
+        assert_eq!(
+            error,
+            LeaseError::NotOwner {
+                lease: "l".to_owned(),
+                reason: "not held".to_owned()
+            }
+        );
+        let error = lease_failure(
+            "l",
+            refused(
+                503,
+                Some("unavailable"),
+                "a coordination backend is unavailable",
+            ),
+        );
+        assert!(error.is_retryable(), "{error}");
+        assert!(error.to_string().contains("503"), "{error}");
+    }
+
+    #[test]
+    fn an_unknown_or_missing_code_falls_back_on_the_status() {
+        for (status, code) in [
+            (503, Some("brand_new_code")),
+            (502, None),
+            (429, None),
+            (408, None),
+        ] {
+            let error = lease_failure("l", refused(status, code, "busy"));
+            assert!(
+                matches!(error, LeaseError::Unavailable { .. }),
+                "{status} {code:?}: {error:?}"
+            );
+        }
+        let error = lease_failure("l", refused(409, Some("brand_new_code"), "taken"));
+        assert_eq!(error.code(), "not_owner");
+        // Bad input this client does not know the code of: not retryable, and it says all.
+        let error = lease_failure("l", refused(400, Some("brand_new_code"), "no such thing"));
+        assert!(matches!(error, LeaseError::Provider { .. }), "{error:?}");
+        assert!(!error.is_retryable());
+        let text = error.to_string();
+        assert!(
+            text.contains("400")
+                && text.contains("brand_new_code")
+                && text.contains("no such thing"),
+            "{text}"
+        );
+        // A proxy's HTML 400 page: no code at all.
+        let error = lease_failure("l", refused(400, None, "<html>bad request</html>"));
+        assert!(matches!(error, LeaseError::Provider { .. }), "{error:?}");
+    }
+
+    #[test]
+    fn a_directory_error_maps_back_by_code_and_a_410_to_compacted() {
+        let error = directory_failure(
+            refused(400, Some("host_empty"), "directory: host must not be empty"),
+            Revision(0),
+        );
+        assert_eq!(
+            error,
+            DirectoryError::InvalidHost {
+                problem: NameProblem::Empty,
+                reason: "host must not be empty".to_owned()
+            }
+        );
+        assert_eq!(error.to_string(), "directory: host must not be empty");
+        let gone = Failure::Status(Refusal {
+            status: StatusCode::GONE,
+            code: Some("compacted".to_owned()),
+            message: "compacted".to_owned(),
+            oldest: Some(40),
+        });
+        assert_eq!(
+            directory_failure(gone, Revision(7)),
+            DirectoryError::Compacted {
+                requested: Revision(7),
+                oldest: Revision(40)
+            }
+        );
+        let error = directory_failure(refused(500, Some("something_else"), "x"), Revision(0));
+        assert!(error.is_retryable(), "{error:?}");
+        let error = directory_failure(refused(422, None, "x"), Revision(0));
+        assert!(matches!(error, DirectoryError::Provider(_)), "{error:?}");
     }
 }

@@ -655,7 +655,7 @@ fn claim_from_row(schema: &str, row: &sqlx::postgres::PgRow) -> Result<Claim, Di
         key: format!("{schema}.claims[{actor:?}]"),
         reason,
     };
-    directory::validate_name("host", &host).map_err(|e| malformed(e.to_string()))?;
+    directory::validate_host(&host).map_err(|e| malformed(e.to_string()))?;
     let revision = u64::try_from(revision)
         .ok()
         .filter(|r| *r > 0)
@@ -693,8 +693,6 @@ fn event_from_row(
 
 impl PgDirectory {
     async fn claim(&self, actor: String, host: String) -> Result<ClaimOutcome, DirectoryError> {
-        directory::validate_name("actor id", &actor)?;
-        directory::validate_name("host", &host)?;
         let s = &self.shared.schema;
         if let Some(existing) = self.lookup(actor.clone()).await? {
             return Ok(if existing.host == host {
@@ -900,6 +898,8 @@ impl Directory for PgDirectory {
         let this = self.clone();
         let (actor, host) = (actor.to_owned(), host.to_owned());
         Box::pin(async move {
+            directory::validate_actor(&actor)?;
+            directory::validate_host(&host)?;
             let shared = Arc::clone(&this.shared);
             shared.bounded("claim", this.claim(actor, host)).await
         })
@@ -909,6 +909,7 @@ impl Directory for PgDirectory {
         let this = self.clone();
         let actor = actor.to_owned();
         Box::pin(async move {
+            directory::validate_actor(&actor)?;
             let shared = Arc::clone(&this.shared);
             shared.bounded("lookup", this.lookup(actor)).await
         })
@@ -918,6 +919,8 @@ impl Directory for PgDirectory {
         let this = self.clone();
         let (actor, host) = (actor.to_owned(), host.to_owned());
         Box::pin(async move {
+            directory::validate_actor(&actor)?;
+            directory::validate_host(&host)?;
             let shared = Arc::clone(&this.shared);
             let removed = shared
                 .bounded("release", this.remove(Some(&actor), &host))
@@ -930,6 +933,7 @@ impl Directory for PgDirectory {
         let this = self.clone();
         let host = host.to_owned();
         Box::pin(async move {
+            directory::validate_host(&host)?;
             let shared = Arc::clone(&this.shared);
             shared.bounded("evict", this.remove(None, &host)).await
         })

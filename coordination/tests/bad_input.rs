@@ -74,6 +74,7 @@ async fn etcd_settings_the_backend_cannot_honour_are_refused_with_the_rule() {
         LeaseSettings::new(Duration::from_millis(1500), Duration::from_millis(500)).unwrap();
     let error = leases.lease("x", "a", &settings).unwrap_err();
     assert!(matches!(error, LeaseError::Settings { .. }), "{error:?}");
+    assert_eq!(error.code(), "unsupported_settings");
     assert!(
         error.to_string().contains("whole number of seconds"),
         "{error}"
@@ -123,7 +124,11 @@ async fn etcd_a_malformed_claim_is_an_error_in_every_operation_and_the_watch() {
     );
     // Names no backend can store unambiguously are refused up front.
     let error = directory.claim("a\u{0}b", "h").await.unwrap_err();
-    assert!(matches!(error, DirectoryError::Invalid(_)), "{error:?}");
+    assert!(
+        matches!(error, DirectoryError::InvalidActor { .. }),
+        "{error:?}"
+    );
+    assert_eq!(error.code(), "actor_control_character");
 }
 
 #[tokio::test]

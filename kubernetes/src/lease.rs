@@ -441,6 +441,9 @@ impl troupe_lease::lease::LeaseProvider for KubeLeaseProvider {
         owner: &str,
         settings: &LeaseSettings,
     ) -> Result<Arc<dyn Lease>, LeaseError> {
+        // A name or owner outside the shared limits gets the shared error (its own code), as
+        // on every backend; only what is Kubernetes' own is `Settings`.
+        troupe_lease::lease::validate_identity(name, owner)?;
         let timing = KubeTiming {
             ttl: settings.ttl(),
             renew_interval: settings.renew_interval(),

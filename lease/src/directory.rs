@@ -28,7 +28,8 @@
 //!   the watcher resumes with `watch(last_seen)`.
 //! - Actor ids and host names are non-empty UTF-8 strings of at most
 //!   [`MAX_NAME_BYTES`](crate::lease::MAX_NAME_BYTES) bytes without control characters;
-//!   backends refuse others with [`DirectoryError::Invalid`]. A stored entry that does not
+//!   backends refuse others in every operation with [`DirectoryError::InvalidActor`] or
+//!   [`DirectoryError::InvalidHost`] (the actor first). A stored entry that does not
 //!   parse is [`DirectoryError::Malformed`], never a panic.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -39,6 +40,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use tokio::sync::{Notify, mpsc};
+
+pub use crate::NameProblem;
 
 /// The position of a change in a directory's history.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -123,20 +126,42 @@ pub struct DirectorySnapshot {
     pub revision: Revision,
 }
 
-/// Why a directory operation failed.
+/// Why a directory operation failed. Each variant has a stable
+/// [`code`](DirectoryError::code), what the control plane's JSON error bodies carry and its
+/// HTTP client maps back.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum DirectoryError {
-    /// The backend could not be reached or did not answer in time.
+    /// The backend could not be reached or did not answer in time (`unavailable`): retrying
+    /// may succeed.
     #[error("directory: backend unreachable: {0}")]
     Unavailable(String),
-    /// The backend answered with an error.
+    /// The backend answered with an error (`provider_error`).
     #[error("directory: {0}")]
     Provider(String),
-    /// An argument the directory cannot store.
+    /// An actor id outside the limits (`actor_empty`, `actor_too_long`,
+    /// `actor_control_character`).
+    #[error("directory: {reason}")]
+    InvalidActor {
+        /// What is wrong with it.
+        problem: NameProblem,
+        /// What was wrong and what is allowed.
+        reason: String,
+    },
+    /// A host name outside the limits (`host_empty`, `host_too_long`,
+    /// `host_control_character`).
+    #[error("directory: {reason}")]
+    InvalidHost {
+        /// What is wrong with it.
+        problem: NameProblem,
+        /// What was wrong and what is allowed.
+        reason: String,
+    },
+    /// Another argument the directory cannot take, such as a revision past what the backend
+    /// stores (`invalid_argument`).
     #[error("directory: {0}")]
     Invalid(String),
-    /// A stored entry is not a valid claim.
+    /// A stored entry is not a valid claim (`malformed`).
     #[error("directory: malformed entry {key:?}: {reason}")]
     Malformed {
         /// The entry's key at the backend.
@@ -144,7 +169,7 @@ pub enum DirectoryError {
         /// What was wrong with it.
         reason: String,
     },
-    /// The history from the requested revision is gone.
+    /// The history from the requested revision is gone (`compacted`).
     #[error(
         "directory: history after {requested} is compacted (oldest available {oldest}); take a new snapshot"
     )]
@@ -154,6 +179,73 @@ pub enum DirectoryError {
         /// The oldest revision still available.
         oldest: Revision,
     },
+}
+
+/// Every code [`DirectoryError::code`] answers, except the actor and host codes (`actor_…`,
+/// `host_…` with each [`NameProblem::suffix`]).
+pub const DIRECTORY_ERROR_CODES: [&str; 5] = [
+    "unavailable",
+    "provider_error",
+    "invalid_argument",
+    "malformed",
+    "compacted",
+];
+
+impl DirectoryError {
+    /// The stable machine-readable code of this error (`actor_too_long`, `compacted`,
+    /// `unavailable`, …); see each variant.
+    #[must_use]
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Unavailable(_) => "unavailable",
+            Self::Provider(_) => "provider_error",
+            Self::InvalidActor { problem, .. } => match problem {
+                NameProblem::Empty => "actor_empty",
+                NameProblem::TooLong => "actor_too_long",
+                NameProblem::ControlCharacter => "actor_control_character",
+            },
+            Self::InvalidHost { problem, .. } => match problem {
+                NameProblem::Empty => "host_empty",
+                NameProblem::TooLong => "host_too_long",
+                NameProblem::ControlCharacter => "host_control_character",
+            },
+            Self::Invalid(_) => "invalid_argument",
+            Self::Malformed { .. } => "malformed",
+            Self::Compacted { .. } => "compacted",
+        }
+    }
+
+    /// The error with `code` and `reason` (the text after `directory: `) as the control plane
+    /// sends them; `None` for a code this version does not know, and for `compacted` (which
+    /// needs its revisions).
+    #[must_use]
+    pub fn from_code(code: &str, reason: String) -> Option<Self> {
+        Some(match code {
+            "unavailable" => Self::Unavailable(reason),
+            "provider_error" => Self::Provider(reason),
+            "invalid_argument" => Self::Invalid(reason),
+            "malformed" => Self::Malformed {
+                key: String::new(),
+                reason,
+            },
+            _ => {
+                if let Some(problem) = NameProblem::from_code("actor", code) {
+                    Self::InvalidActor { problem, reason }
+                } else {
+                    Self::InvalidHost {
+                        problem: NameProblem::from_code("host", code)?,
+                        reason,
+                    }
+                }
+            }
+        })
+    }
+
+    /// Whether the same request may succeed later (only [`DirectoryError::Unavailable`]).
+    #[must_use]
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::Unavailable(_))
+    }
 }
 
 /// The future of a directory operation.
@@ -218,10 +310,19 @@ pub trait Directory: fmt::Debug + Send + Sync + 'static {
     fn watch(&self, after: Revision) -> DirectoryFuture<DirectoryWatch>;
 }
 
-/// Refuse ids and host names no backend can store unambiguously: empty, longer than
-/// [`MAX_NAME_BYTES`](crate::lease::MAX_NAME_BYTES) bytes, or with a control character.
-pub fn validate_name(what: &str, value: &str) -> Result<(), DirectoryError> {
-    crate::check_name(what, value).map_err(DirectoryError::Invalid)
+/// Refuse an actor id no backend can store unambiguously: empty, longer than
+/// [`MAX_NAME_BYTES`](crate::lease::MAX_NAME_BYTES) bytes, or with a control character. Every
+/// backend checks it in every operation that takes one, so the same bad id gets the same
+/// error everywhere.
+pub fn validate_actor(actor: &str) -> Result<(), DirectoryError> {
+    crate::check_name("actor id", actor)
+        .map_err(|(problem, reason)| DirectoryError::InvalidActor { problem, reason })
+}
+
+/// Refuse a host name no backend can store unambiguously (as [`validate_actor`]).
+pub fn validate_host(host: &str) -> Result<(), DirectoryError> {
+    crate::check_name("host", host)
+        .map_err(|(problem, reason)| DirectoryError::InvalidHost { problem, reason })
 }
 
 /// The default number of changes an [`InMemoryDirectory`] keeps for watches that resume.
@@ -339,7 +440,7 @@ fn ready<T: Send + 'static>(value: Result<T, DirectoryError>) -> DirectoryFuture
 
 impl Directory for InMemoryDirectory {
     fn claim(&self, actor: &str, host: &str) -> DirectoryFuture<ClaimOutcome> {
-        if let Err(e) = validate_name("actor id", actor).and(validate_name("host", host)) {
+        if let Err(e) = validate_actor(actor).and(validate_host(host)) {
             return ready(Err(e));
         }
         let mut outcome = None;
@@ -369,10 +470,16 @@ impl Directory for InMemoryDirectory {
     }
 
     fn lookup(&self, actor: &str) -> DirectoryFuture<Option<Claim>> {
+        if let Err(e) = validate_actor(actor) {
+            return ready(Err(e));
+        }
         ready(Ok(self.inner.state.lock().claims.get(actor).cloned()))
     }
 
     fn release(&self, actor: &str, host: &str) -> DirectoryFuture<bool> {
+        if let Err(e) = validate_actor(actor).and(validate_host(host)) {
+            return ready(Err(e));
+        }
         let mut released = false;
         self.apply(|state| {
             if state.claims.get(actor).is_some_and(|c| c.host == host) {
@@ -385,6 +492,9 @@ impl Directory for InMemoryDirectory {
     }
 
     fn evict_host(&self, host: &str) -> DirectoryFuture<Vec<String>> {
+        if let Err(e) = validate_host(host) {
+            return ready(Err(e));
+        }
         let mut evicted = Vec::new();
         self.apply(|state| {
             let owned: Vec<String> = state

@@ -40,7 +40,8 @@
 //!   else with a [`LeaseSettingsError`] naming the value and the allowed range, so no backend
 //!   ever grants an absurd TTL (the control plane answers it with 400 and that message).
 //! - Lease names and owners are non-empty, at most [`MAX_NAME_BYTES`] bytes, without control
-//!   characters ([`validate_identity`]); handles refuse others with [`LeaseError::Invalid`].
+//!   characters ([`validate_identity`]); handles refuse others with
+//!   [`LeaseError::InvalidName`] or [`LeaseError::InvalidOwner`].
 
 mod machine;
 mod memory;
@@ -53,6 +54,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use crate::NameProblem;
 pub use memory::{InMemoryLease, InMemoryLeaseArbiter, LeaseOp, LeaseRecord};
 
 /// The longest lease name, lease owner, directory actor id or host name accepted, in bytes
@@ -88,11 +90,13 @@ pub type LeaseLostCallback = Box<dyn Fn(LeaseLost) + Send + Sync>;
 /// The future of a lease operation.
 pub type LeaseFuture<T> = Pin<Box<dyn Future<Output = Result<T, LeaseError>> + Send>>;
 
-/// Why a lease operation failed.
+/// Why a lease operation failed. Each variant has a stable [`code`](LeaseError::code),
+/// what the control plane's JSON error bodies carry and its HTTP client maps back.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum LeaseError {
-    /// The provider could not be reached or did not answer in time.
+    /// The provider could not be reached or did not answer in time (`unavailable`):
+    /// retrying may succeed.
     #[error("lease {lease:?}: provider unreachable: {reason}")]
     Unavailable {
         /// The lease's name.
@@ -100,7 +104,7 @@ pub enum LeaseError {
         /// What failed.
         reason: String,
     },
-    /// The provider answered with an error.
+    /// The provider answered with an error (`provider_error`).
     #[error("lease {lease:?}: {reason}")]
     Provider {
         /// The lease's name.
@@ -109,7 +113,7 @@ pub enum LeaseError {
         reason: String,
     },
     /// The provider holds a value for this lease that is not a valid lease record (written by
-    /// something else, or corrupted). Nothing was changed.
+    /// something else, or corrupted). Nothing was changed (`malformed`).
     #[error("lease {lease:?}: malformed value at the provider: {reason}")]
     Malformed {
         /// The lease's name.
@@ -117,7 +121,8 @@ pub enum LeaseError {
         /// What was wrong with it.
         reason: String,
     },
-    /// The settings cannot be used with this provider.
+    /// Valid [`LeaseSettings`] this provider cannot honour (etcd grants whole seconds, at
+    /// least 2 s) (`unsupported_settings`).
     #[error("lease {lease:?}: {reason}")]
     Settings {
         /// The lease's name.
@@ -125,26 +130,182 @@ pub enum LeaseError {
         /// Which setting and what the provider allows.
         reason: String,
     },
-    /// A name or owner outside the limits (see the module header). Bad input: retrying the
-    /// same request cannot succeed.
+    /// A TTL outside [`MIN_LEASE_TTL`] ..= [`MAX_LEASE_TTL`] (`ttl_out_of_range`): what
+    /// [`LeaseSettings::new`] refuses, when the settings came from outside (over HTTP).
     #[error("lease {lease:?}: {reason}")]
-    Invalid {
-        /// The lease's name (possibly shortened, when it is the problem).
+    TtlOutOfRange {
+        /// The lease's name.
         lease: String,
+        /// The value and the allowed range.
+        reason: String,
+    },
+    /// A renew interval [`LeaseSettings::new`] refuses (`renew_interval_out_of_range`).
+    #[error("lease {lease:?}: {reason}")]
+    RenewIntervalOutOfRange {
+        /// The lease's name.
+        lease: String,
+        /// The value and the allowed range.
+        reason: String,
+    },
+    /// A lease name outside the limits (`name_empty`, `name_too_long`,
+    /// `name_control_character`). Bad input: retrying the same request cannot succeed.
+    #[error("lease {lease:?}: {reason}")]
+    InvalidName {
+        /// The lease's name (shortened, when it is too long).
+        lease: String,
+        /// What is wrong with it.
+        problem: NameProblem,
         /// What was wrong and what is allowed.
+        reason: String,
+    },
+    /// An owner outside the limits (`owner_empty`, `owner_too_long`,
+    /// `owner_control_character`). Bad input: retrying the same request cannot succeed.
+    #[error("lease {lease:?}: {reason}")]
+    InvalidOwner {
+        /// The lease's name.
+        lease: String,
+        /// What is wrong with the owner.
+        problem: NameProblem,
+        /// What was wrong and what is allowed.
+        reason: String,
+    },
+    /// The owner does not hold the grant it names (lost, released, or never granted): acquire
+    /// again (`not_owner`).
+    #[error("lease {lease:?}: {reason}")]
+    NotOwner {
+        /// The lease's name.
+        lease: String,
+        /// Who asked with which token.
         reason: String,
     },
 }
 
-/// Check a lease's name and owner against the limits: non-empty, at most [`MAX_NAME_BYTES`]
-/// bytes, no control characters. Every handle checks them when it is made.
-pub fn validate_identity(name: &str, owner: &str) -> Result<(), LeaseError> {
-    crate::check_name("lease name", name)
-        .and_then(|()| crate::check_name("lease owner", owner))
-        .map_err(|reason| LeaseError::Invalid {
-            lease: crate::shorten(name),
-            reason,
+/// Every code [`LeaseError::code`] answers, except the name and owner codes (`name_…`,
+/// `owner_…` with each [`NameProblem::suffix`]).
+pub const LEASE_ERROR_CODES: [&str; 7] = [
+    "unavailable",
+    "provider_error",
+    "malformed",
+    "unsupported_settings",
+    "ttl_out_of_range",
+    "renew_interval_out_of_range",
+    "not_owner",
+];
+
+impl LeaseError {
+    /// The stable machine-readable code of this error (`ttl_out_of_range`,
+    /// `owner_too_long`, `not_owner`, `unavailable`, …); see each variant.
+    #[must_use]
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Unavailable { .. } => "unavailable",
+            Self::Provider { .. } => "provider_error",
+            Self::Malformed { .. } => "malformed",
+            Self::Settings { .. } => "unsupported_settings",
+            Self::TtlOutOfRange { .. } => "ttl_out_of_range",
+            Self::RenewIntervalOutOfRange { .. } => "renew_interval_out_of_range",
+            Self::InvalidName { problem, .. } => match problem {
+                NameProblem::Empty => "name_empty",
+                NameProblem::TooLong => "name_too_long",
+                NameProblem::ControlCharacter => "name_control_character",
+            },
+            Self::InvalidOwner { problem, .. } => match problem {
+                NameProblem::Empty => "owner_empty",
+                NameProblem::TooLong => "owner_too_long",
+                NameProblem::ControlCharacter => "owner_control_character",
+            },
+            Self::NotOwner { .. } => "not_owner",
+        }
+    }
+
+    /// The error of lease `lease` with `code` and `reason` (the text after `lease "name": `),
+    /// as the control plane sends them; `None` for a code this version does not know.
+    #[must_use]
+    pub fn from_code(code: &str, lease: &str, reason: String) -> Option<Self> {
+        let lease = lease.to_owned();
+        Some(match code {
+            "unavailable" => Self::Unavailable { lease, reason },
+            "provider_error" => Self::Provider { lease, reason },
+            "malformed" => Self::Malformed { lease, reason },
+            "unsupported_settings" => Self::Settings { lease, reason },
+            "ttl_out_of_range" => Self::TtlOutOfRange { lease, reason },
+            "renew_interval_out_of_range" => Self::RenewIntervalOutOfRange { lease, reason },
+            "not_owner" => Self::NotOwner { lease, reason },
+            _ => {
+                if let Some(problem) = NameProblem::from_code("name", code) {
+                    Self::InvalidName {
+                        lease,
+                        problem,
+                        reason,
+                    }
+                } else {
+                    Self::InvalidOwner {
+                        lease,
+                        problem: NameProblem::from_code("owner", code)?,
+                        reason,
+                    }
+                }
+            }
         })
+    }
+
+    /// The lease's name.
+    #[must_use]
+    pub fn lease(&self) -> &str {
+        match self {
+            Self::Unavailable { lease, .. }
+            | Self::Provider { lease, .. }
+            | Self::Malformed { lease, .. }
+            | Self::Settings { lease, .. }
+            | Self::TtlOutOfRange { lease, .. }
+            | Self::RenewIntervalOutOfRange { lease, .. }
+            | Self::InvalidName { lease, .. }
+            | Self::InvalidOwner { lease, .. }
+            | Self::NotOwner { lease, .. } => lease,
+        }
+    }
+
+    /// Whether the same request may succeed later (only [`LeaseError::Unavailable`]).
+    #[must_use]
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::Unavailable { .. })
+    }
+
+    /// Settings `error` for lease `lease`, as [`LeaseSettings::new`] refused them.
+    #[must_use]
+    pub fn from_settings(lease: &str, error: &LeaseSettingsError) -> Self {
+        let (lease, reason) = (crate::shorten(lease), error.to_string());
+        match error {
+            LeaseSettingsError::TtlOutOfRange { .. } | LeaseSettingsError::Zero { what: "ttl" } => {
+                Self::TtlOutOfRange { lease, reason }
+            }
+            LeaseSettingsError::Zero { .. }
+            | LeaseSettingsError::RenewTooFast { .. }
+            | LeaseSettingsError::RenewTooSlow { .. } => {
+                Self::RenewIntervalOutOfRange { lease, reason }
+            }
+        }
+    }
+}
+
+/// Check a lease's name and owner against the limits: non-empty, at most [`MAX_NAME_BYTES`]
+/// bytes, no control characters. Every handle checks them when it is made; the name first.
+pub fn validate_identity(name: &str, owner: &str) -> Result<(), LeaseError> {
+    validate_lease_name(name)?;
+    crate::check_name("lease owner", owner).map_err(|(problem, reason)| LeaseError::InvalidOwner {
+        lease: crate::shorten(name),
+        problem,
+        reason,
+    })
+}
+
+/// Check a lease's name against the limits (see [`validate_identity`]).
+pub fn validate_lease_name(name: &str) -> Result<(), LeaseError> {
+    crate::check_name("lease name", name).map_err(|(problem, reason)| LeaseError::InvalidName {
+        lease: crate::shorten(name),
+        problem,
+        reason,
+    })
 }
 
 /// A lease: at most one holder at a time, cluster-wide.
@@ -256,6 +417,18 @@ pub enum LeaseSettingsError {
     },
 }
 
+impl LeaseSettingsError {
+    /// The stable code of this refusal: `ttl_out_of_range` (a zero TTL included) or
+    /// `renew_interval_out_of_range`, as in [`LeaseError::code`].
+    #[must_use]
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::TtlOutOfRange { .. } | Self::Zero { what: "ttl" } => "ttl_out_of_range",
+            _ => "renew_interval_out_of_range",
+        }
+    }
+}
+
 impl Default for LeaseSettings {
     fn default() -> Self {
         Self {
@@ -332,7 +505,7 @@ impl LeaseSettings {
 pub trait LeaseProvider: fmt::Debug + Send + Sync + 'static {
     /// A handle to lease `name` that acquires as `owner`. Creating it does no I/O; a provider
     /// refuses settings it cannot honour with [`LeaseError::Settings`], and names or owners
-    /// outside the limits with [`LeaseError::Invalid`].
+    /// outside the limits with [`LeaseError::InvalidName`] or [`LeaseError::InvalidOwner`].
     fn lease(
         &self,
         name: &str,
@@ -395,11 +568,68 @@ mod tests {
     }
 
     #[test]
+    fn every_error_code_maps_back_to_the_same_variant_and_an_unknown_one_to_none() {
+        let mut codes: Vec<String> = LEASE_ERROR_CODES.iter().map(|c| (*c).to_owned()).collect();
+        for problem in NameProblem::ALL {
+            codes.push(format!("name_{}", problem.suffix()));
+            codes.push(format!("owner_{}", problem.suffix()));
+        }
+        for code in &codes {
+            let error = LeaseError::from_code(code, "l", "why".to_owned())
+                .unwrap_or_else(|| panic!("{code} is known"));
+            assert_eq!(error.code(), code);
+            assert_eq!(error.lease(), "l");
+            assert_eq!(error.is_retryable(), code == "unavailable");
+        }
+        for unknown in [
+            "",
+            "name",
+            "owner_",
+            "name_long",
+            "lease_too_long",
+            "conflict",
+        ] {
+            assert_eq!(
+                LeaseError::from_code(unknown, "l", String::new()),
+                None,
+                "{unknown}"
+            );
+        }
+        let ttl =
+            LeaseSettings::new(Duration::from_secs(7200), Duration::from_secs(1)).unwrap_err();
+        assert_eq!(ttl.code(), "ttl_out_of_range");
+        assert_eq!(
+            LeaseError::from_settings("l", &ttl).code(),
+            "ttl_out_of_range"
+        );
+        let zero = LeaseSettings::new(Duration::ZERO, Duration::from_secs(1)).unwrap_err();
+        assert_eq!(
+            LeaseError::from_settings("l", &zero).code(),
+            "ttl_out_of_range"
+        );
+        let renew = LeaseSettings::new(Duration::from_secs(9), Duration::from_secs(4)).unwrap_err();
+        assert_eq!(renew.code(), "renew_interval_out_of_range");
+        let error = LeaseError::from_settings("l", &renew);
+        assert_eq!(error.code(), renew.code());
+        assert_eq!(error.to_string(), format!("lease \"l\": {renew}"));
+    }
+
+    #[test]
     fn names_and_owners_are_bounded_and_printable() {
         assert!(validate_identity("scheduler", "node-a:7355").is_ok());
         let long = "x".repeat(MAX_NAME_BYTES + 1);
         let error = validate_identity("scheduler", &long).unwrap_err();
-        assert!(matches!(error, LeaseError::Invalid { .. }), "{error}");
+        assert!(
+            matches!(
+                error,
+                LeaseError::InvalidOwner {
+                    problem: NameProblem::TooLong,
+                    ..
+                }
+            ),
+            "{error}"
+        );
+        assert_eq!(error.code(), "owner_too_long");
         let text = error.to_string();
         assert!(
             text.contains("lease owner") && text.contains("513 bytes") && text.contains("512"),
@@ -409,9 +639,27 @@ mod tests {
             text.len() < 400,
             "the message does not echo the whole value: {text}"
         );
-        assert!(validate_identity(&long, "a").is_err());
-        assert!(validate_identity("", "a").is_err());
-        assert!(validate_identity("a", "b\nc").is_err());
+        assert_eq!(
+            validate_identity(&long, "a").unwrap_err().code(),
+            "name_too_long"
+        );
+        assert_eq!(
+            validate_identity("", "").unwrap_err().code(),
+            "name_empty",
+            "name first"
+        );
+        assert_eq!(
+            validate_identity("a", "").unwrap_err().code(),
+            "owner_empty"
+        );
+        assert_eq!(
+            validate_identity("a", "b\nc").unwrap_err().code(),
+            "owner_control_character"
+        );
+        assert_eq!(
+            validate_identity("a\u{7}", "b").unwrap_err().code(),
+            "name_control_character"
+        );
         assert!(validate_identity(&"y".repeat(MAX_NAME_BYTES), "a").is_ok());
     }
 }

@@ -6,6 +6,9 @@
 //!   one held-grant / renewal / loss-deadline machine every backend uses: a backend implements
 //!   only its store operations ([`lease::store::LeaseStore`]) and gets its handle from
 //!   [`lease::store::GrantedLease`].
+//! - Every error has a stable machine-readable [`code`](lease::LeaseError::code)
+//!   (`ttl_out_of_range`, `owner_too_long`, `not_owner`, `unavailable`, …) that the control
+//!   plane sends in its JSON error bodies and its HTTP client maps back to the same variant.
 //! - [`directory`]: the [`Directory`](directory::Directory) (which host owns an actor id) and
 //!   the in-memory directory.
 //! - `testing` (feature `testing`): the conformance suite every backend passes, and
@@ -20,23 +23,63 @@ pub mod lease;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+/// What is wrong with a name, owner, actor id or host: part of an error's
+/// [`code`](lease::LeaseError::code) (`owner_too_long`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NameProblem {
+    /// It is empty.
+    Empty,
+    /// It is longer than [`MAX_NAME_BYTES`](lease::MAX_NAME_BYTES) bytes.
+    TooLong,
+    /// It contains a control character.
+    ControlCharacter,
+}
+
+impl NameProblem {
+    /// Every problem.
+    pub const ALL: [Self; 3] = [Self::Empty, Self::TooLong, Self::ControlCharacter];
+
+    /// The end of the error code (`too_long`).
+    #[must_use]
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Self::Empty => "empty",
+            Self::TooLong => "too_long",
+            Self::ControlCharacter => "control_character",
+        }
+    }
+
+    /// The problem whose code is `prefix` `_` its suffix (`owner_too_long` with `owner`).
+    #[must_use]
+    pub fn from_code(prefix: &str, code: &str) -> Option<Self> {
+        let suffix = code.strip_prefix(prefix)?.strip_prefix('_')?;
+        Self::ALL.into_iter().find(|p| p.suffix() == suffix)
+    }
+}
+
 /// Check one name against the shared limits; the error names `what`, what was wrong, and what
 /// is allowed (without echoing an over-long value whole).
-fn check_name(what: &str, value: &str) -> Result<(), String> {
+fn check_name(what: &str, value: &str) -> Result<(), (NameProblem, String)> {
     if value.is_empty() {
-        return Err(format!("{what} must not be empty"));
+        return Err((NameProblem::Empty, format!("{what} must not be empty")));
     }
     if value.len() > lease::MAX_NAME_BYTES {
-        return Err(format!(
-            "{what} {:?} is {} bytes long; at most {} bytes are allowed",
-            shorten(value),
-            value.len(),
-            lease::MAX_NAME_BYTES
+        return Err((
+            NameProblem::TooLong,
+            format!(
+                "{what} {:?} is {} bytes long; at most {} bytes are allowed",
+                shorten(value),
+                value.len(),
+                lease::MAX_NAME_BYTES
+            ),
         ));
     }
     if let Some(c) = value.chars().find(|c| c.is_control()) {
-        return Err(format!(
-            "{what} {value:?} contains the control character {c:?}; only printable characters are allowed"
+        return Err((
+            NameProblem::ControlCharacter,
+            format!(
+                "{what} {value:?} contains the control character {c:?}; only printable characters are allowed"
+            ),
         ));
     }
     Ok(())

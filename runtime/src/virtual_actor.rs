@@ -419,7 +419,7 @@ impl<M: RemoteMessage> VirtualActorType<M> {
         if key.is_empty() {
             return Err(refuse("a key must not be empty".to_owned()));
         }
-        crate::directory::validate_name("actor id", &actor_id(&self.type_name, key))
+        crate::directory::validate_actor(&actor_id(&self.type_name, key))
             .map_err(|e| refuse(e.to_string()))?;
         Ok(VirtualRef {
             key: Arc::from(key),

@@ -282,6 +282,13 @@ impl App {
                 state.shutdown.clone(),
             ))
         });
+        let member_sweep = tokio::spawn(crate::member_health::sweep_loop(
+            state.store.clone(),
+            Arc::clone(&state.metrics),
+            Arc::clone(&state.member_gauge),
+            state.config.agent_silence_ms,
+            state.shutdown.clone(),
+        ));
         let handle = server.handle();
         let server_task = tokio::spawn(server);
         let reason = tokio::select! {
@@ -301,6 +308,7 @@ impl App {
         if let Some(listener) = listener {
             listener.abort();
         }
+        member_sweep.abort();
         if let Some(export) = state.export.clone() {
             let _ = tokio::task::spawn_blocking(move || export.shutdown()).await;
         }

@@ -22,24 +22,6 @@ use troupe_lease::directory::Directory;
 use troupe_lease::lease::stored::{StoredGrant, StoredGrants};
 use troupe_lease::lease::{FencingToken, LeaseError, LeaseSettings};
 
-/// Why a grant operation failed.
-#[derive(Debug, thiserror::Error)]
-pub enum GrantError {
-    /// The backend refused or failed.
-    #[error(transparent)]
-    Backend(#[from] LeaseError),
-    /// The owner does not hold the lease with that token (lost, released or never granted).
-    #[error("lease {name:?} is not held by {owner:?} with token {}; acquire it again", token.0)]
-    NotHeld {
-        /// The lease.
-        name: String,
-        /// Who asked.
-        owner: String,
-        /// The token it presented.
-        token: FencingToken,
-    },
-}
-
 /// The answer to an acquire.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Acquisition {
@@ -99,7 +81,7 @@ impl Coordination {
         name: &str,
         owner: &str,
         settings: LeaseSettings,
-    ) -> Result<Acquisition, GrantError> {
+    ) -> Result<Acquisition, LeaseError> {
         Ok(
             match self.grants.acquire(name, owner, settings.ttl()).await? {
                 Some(grant) => Acquisition::Granted(grant),
@@ -114,15 +96,11 @@ impl Coordination {
         name: &str,
         owner: &str,
         token: FencingToken,
-    ) -> Result<StoredGrant, GrantError> {
+    ) -> Result<StoredGrant, LeaseError> {
         self.grants
             .renew(name, owner, token)
             .await?
-            .ok_or_else(|| GrantError::NotHeld {
-                name: name.to_owned(),
-                owner: owner.to_owned(),
-                token,
-            })
+            .ok_or_else(|| not_owner(name, owner, token))
     }
 
     /// Releases the grant `token` of `owner`; `false` when it did not hold it.
@@ -131,7 +109,7 @@ impl Coordination {
         name: &str,
         owner: &str,
         token: FencingToken,
-    ) -> Result<bool, GrantError> {
+    ) -> Result<bool, LeaseError> {
         let released = self.grants.release(name, owner, token).await?;
         if released {
             tracing::debug!(lease = %name, %owner, %token, "lease released");
@@ -140,7 +118,19 @@ impl Coordination {
     }
 
     /// The current grant of lease `name` at the backend, whoever made it.
-    pub async fn holder(&self, name: &str) -> Result<Option<StoredGrant>, GrantError> {
-        Ok(self.grants.holder(name).await?)
+    pub async fn holder(&self, name: &str) -> Result<Option<StoredGrant>, LeaseError> {
+        self.grants.holder(name).await
+    }
+}
+
+/// `owner` does not hold lease `name` with `token` (lost, released, taken over or never
+/// granted): `not_owner`, a 409.
+fn not_owner(name: &str, owner: &str, token: FencingToken) -> LeaseError {
+    LeaseError::NotOwner {
+        lease: name.to_owned(),
+        reason: format!(
+            "not held by {owner:?} with token {}; acquire it again",
+            token.0
+        ),
     }
 }

@@ -32,6 +32,7 @@ pub mod error;
 pub mod feed;
 mod json;
 pub mod live;
+pub mod member_health;
 pub mod metrics;
 pub mod observe;
 pub mod otel;

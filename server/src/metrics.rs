@@ -108,6 +108,12 @@ struct AgentLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MemberLabels {
+    cluster: String,
+    health: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
     version: String,
 }
@@ -154,6 +160,7 @@ pub struct Metrics {
     agent_seen: Mutex<HashMap<AgentLabels, Instant>>,
     agent_series_ttl: Duration,
     stream_clients: Gauge,
+    members: Family<MemberLabels, Gauge>,
     http_requests: Family<HttpLabels, Histogram, fn() -> Histogram>,
 }
 
@@ -233,6 +240,12 @@ impl Metrics {
             "Open live event streams (server-sent events)",
             stream_clients.clone(),
         );
+        let members = Family::<MemberLabels, Gauge>::default();
+        registry.register(
+            "troupe_members",
+            "Members of each cluster by health (down, unreachable, unknown: agent silent for --agent-silence-ms, leaving, joining, then the agent's starting/ready/draining/fenced, or up when it reported none); removed members are not counted",
+            members.clone(),
+        );
         let http_requests =
             Family::<HttpLabels, Histogram, fn() -> Histogram>::new_with_constructor(
                 request_histogram,
@@ -264,6 +277,7 @@ impl Metrics {
             agent_seen: Mutex::new(HashMap::new()),
             agent_series_ttl,
             stream_clients,
+            members,
             http_requests,
         }
     }
@@ -333,6 +347,33 @@ impl Metrics {
             keep
         });
         before - seen.len()
+    }
+
+    /// Sets `cluster`'s member count of each `(health, count)` (the caller gives every
+    /// health of its closed set, 0 included, so each is exported).
+    pub fn set_members(
+        &self,
+        cluster: &str,
+        counts: impl IntoIterator<Item = (&'static str, i64)>,
+    ) {
+        for (health, count) in counts {
+            self.members
+                .get_or_create(&MemberLabels {
+                    cluster: cluster.to_owned(),
+                    health,
+                })
+                .set(count);
+        }
+    }
+
+    /// Removes `cluster`'s member series of each of `healths`.
+    pub fn remove_members(&self, cluster: &str, healths: impl IntoIterator<Item = &'static str>) {
+        for health in healths {
+            self.members.remove(&MemberLabels {
+                cluster: cluster.to_owned(),
+                health,
+            });
+        }
     }
 
     /// A live stream opened (`+1`) or closed (`-1`).

@@ -11,6 +11,7 @@ use crate::config::Config;
 use crate::coordination::Coordination;
 use crate::error::ApiError;
 use crate::live::LiveHub;
+use crate::member_health::MemberGauge;
 use crate::metrics::Metrics;
 use crate::otel::EventExport;
 use crate::store::Store;
@@ -26,6 +27,8 @@ pub struct AppState {
     pub tokens: Tokens,
     /// Prometheus metrics.
     pub metrics: Arc<Metrics>,
+    /// The clusters `troupe_members` must recount (ingest marks, the sweep recounts).
+    pub member_gauge: Arc<MemberGauge>,
     /// Live event fan-out.
     pub live: LiveHub,
     /// Becomes `true` when the server shuts down.
@@ -55,6 +58,7 @@ impl AppState {
             )
             .with_coordination(config.coordination_token.clone()),
             metrics: Arc::new(Metrics::new(config.agent_series_ttl())),
+            member_gauge: Arc::new(MemberGauge::default()),
             config: Arc::new(config),
             live: LiveHub::default(),
             shutdown: receiver,

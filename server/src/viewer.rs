@@ -313,6 +313,7 @@ fn unauthorized(path: &str, reason: &'static str) -> HttpResponse {
         HttpResponse::build(status).json_body(crate::error::ErrorBody {
             error: format!("unauthorized: {reason}"),
             status: status.as_u16(),
+            code: "unauthorized",
         })
     } else {
         HttpResponse::build(status)

@@ -182,6 +182,18 @@ async fn send(
     token: Option<&str>,
     body: Option<serde_json::Value>,
 ) -> (u16, String) {
+    let (status, message, _) = send_coded(base, method, path, token, body).await;
+    (status, message)
+}
+
+/// Like [`send`], with the error body's `code` too (`""` when there is none).
+async fn send_coded(
+    base: &str,
+    method: reqwest::Method,
+    path: &str,
+    token: Option<&str>,
+    body: Option<serde_json::Value>,
+) -> (u16, String, String) {
     let mut request =
         reqwest::Client::new().request(method, format!("{base}/api/v1/coordination{path}"));
     if let Some(token) = token {
@@ -193,12 +205,15 @@ async fn send(
     let response = request.send().await.expect("the server answers");
     let status = response.status().as_u16();
     let text = response.text().await.unwrap_or_default();
-    // Error bodies are `{"error": "...", "status": N}`: answer the message itself.
-    let message = serde_json::from_str::<serde_json::Value>(&text)
-        .ok()
-        .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
-        .unwrap_or(text);
-    (status, message)
+    // Error bodies are `{"error": "...", "status": N, "code": "..."}`: answer the message
+    // and the code.
+    let body = serde_json::from_str::<serde_json::Value>(&text).ok();
+    let field = |name: &str| {
+        body.as_ref()
+            .and_then(|v| v.get(name).and_then(|e| e.as_str()).map(str::to_owned))
+    };
+    let code = field("code").unwrap_or_default();
+    (status, field("error").unwrap_or(text), code)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -314,9 +329,11 @@ async fn malformed_input_gets_400_saying_what_is_allowed() {
     );
 }
 
-/// Absurd TTLs, renewals and over-long owners and names are bad input whatever the backend:
+/// Absurd TTLs, renewals and over-long or unprintable owners, names, actor ids and hosts are bad
+/// input whatever the backend (a renewal of a grant not held is 409 `not_owner`):
 /// 400 with one message naming the value and the allowed range — exactly what
-/// `LeaseSettings::new` and the name limits say, so the same on every backend — never a
+/// `LeaseSettings::new` and the name limits say, so the same on every backend, with the code
+/// of the error — never a
 /// retryable 503, and nothing granted (u64::MAX milliseconds least of all).
 async fn bad_lease_input_gets_400_with_the_shared_message(store: Store, backend: &str) {
     use reqwest::Method;
@@ -333,34 +350,76 @@ async fn bad_lease_input_gets_400_with_the_shared_message(store: Store, backend:
     };
     let long_owner = "o".repeat(100 * 1024);
     let long_name = "n".repeat(513);
-    let cases: Vec<(String, serde_json::Value, String)> = vec![
+    let owner_too_long = format!(
+        "lease \"l\": lease owner \"{}…\" is 102400 bytes long; at most 512 bytes are allowed",
+        "o".repeat(32)
+    );
+    let cases: Vec<(String, serde_json::Value, String, &str)> = vec![
         (
             "/leases/l/acquire".to_owned(),
             json!({"owner": "o", "ttl_ms": u64::MAX.to_string()}),
             settings(u64::MAX, u64::MAX / 5),
+            "ttl_out_of_range",
         ),
         (
             "/leases/l/acquire".to_owned(),
             json!({"owner": "o", "ttl_ms": 999}),
             settings(999, 199),
+            "ttl_out_of_range",
         ),
         (
             "/leases/l/acquire".to_owned(),
             json!({"owner": "o", "ttl_ms": 3_600_001}),
             settings(3_600_001, 720_000),
+            "ttl_out_of_range",
+        ),
+        (
+            "/leases/l/acquire".to_owned(),
+            json!({"owner": "o", "ttl_ms": 0}),
+            settings(0, 0),
+            "ttl_out_of_range",
         ),
         (
             "/leases/l/acquire".to_owned(),
             json!({"owner": "o", "ttl_ms": 3000, "renew_interval_ms": 10}),
             settings(3000, 10),
+            "renew_interval_out_of_range",
+        ),
+        (
+            "/leases/l/acquire".to_owned(),
+            json!({"owner": "o", "ttl_ms": 3000, "renew_interval_ms": 1001}),
+            settings(3000, 1001),
+            "renew_interval_out_of_range",
         ),
         (
             "/leases/l/acquire".to_owned(),
             json!({"owner": long_owner, "ttl_ms": 3000}),
-            format!(
-                "lease \"l\": lease owner \"{}…\" is 102400 bytes long; at most 512 bytes are allowed",
-                "o".repeat(32)
-            ),
+            owner_too_long.clone(),
+            "owner_too_long",
+        ),
+        (
+            "/leases/l/renew".to_owned(),
+            json!({"owner": long_owner, "token": 1}),
+            owner_too_long.clone(),
+            "owner_too_long",
+        ),
+        (
+            "/leases/l/release".to_owned(),
+            json!({"owner": long_owner, "token": 1}),
+            owner_too_long,
+            "owner_too_long",
+        ),
+        (
+            "/leases/l/acquire".to_owned(),
+            json!({"owner": "", "ttl_ms": 3000}),
+            "lease \"l\": lease owner must not be empty".to_owned(),
+            "owner_empty",
+        ),
+        (
+            "/leases/l/renew".to_owned(),
+            json!({"owner": "o\u{1b}", "token": 1}),
+            "lease \"l\": lease owner \"o\\u{1b}\" contains the control character '\\u{1b}'; only printable characters are allowed".to_owned(),
+            "owner_control_character",
         ),
         (
             format!("/leases/{long_name}/acquire"),
@@ -369,6 +428,37 @@ async fn bad_lease_input_gets_400_with_the_shared_message(store: Store, backend:
                 "lease \"{n}…\": lease name \"{n}…\" is 513 bytes long; at most 512 bytes are allowed",
                 n = "n".repeat(32)
             ),
+            "name_too_long",
+        ),
+        (
+            "/leases/l/renew".to_owned(),
+            json!({"owner": "o", "token": 7}),
+            "lease \"l\": not held by \"o\" with token 7; acquire it again".to_owned(),
+            "not_owner",
+        ),
+        (
+            format!("/claims/{long_name}"),
+            json!({"host": "h"}),
+            format!(
+                "directory: actor id \"{n}…\" is 513 bytes long; at most 512 bytes are allowed",
+                n = "n".repeat(32)
+            ),
+            "actor_too_long",
+        ),
+        (
+            "/claims/a".to_owned(),
+            json!({"host": ""}),
+            "directory: host must not be empty".to_owned(),
+            "host_empty",
+        ),
+        (
+            format!("/hosts/{long_name}/evict"),
+            json!(null),
+            format!(
+                "directory: host \"{n}…\" is 513 bytes long; at most 512 bytes are allowed",
+                n = "n".repeat(32)
+            ),
+            "host_too_long",
         ),
     ];
     assert!(
@@ -377,10 +467,13 @@ async fn bad_lease_input_gets_400_with_the_shared_message(store: Store, backend:
         cases[0].2
     );
     let base = server(store, Some(TOKEN)).await;
-    for (path, body, expected) in &cases {
-        let (status, text) = send(&base, Method::POST, path, Some(TOKEN), Some(body.clone())).await;
-        assert_eq!(status, 400, "{backend}: POST {path}: {text}");
+    for (path, body, expected, code) in &cases {
+        let body = (!body.is_null()).then(|| body.clone());
+        let (status, text, got) = send_coded(&base, Method::POST, path, Some(TOKEN), body).await;
+        let want = if *code == "not_owner" { 409 } else { 400 };
+        assert_eq!(status, want, "{backend}: POST {path}: {text}");
         assert_eq!(&text, expected, "{backend}: POST {path}");
+        assert_eq!(&got, code, "{backend}: POST {path}: the body's code");
     }
     let (status, text) = send(&base, Method::GET, "/leases/l", Some(TOKEN), None).await;
     assert_eq!(status, 200, "{text}");
@@ -404,6 +497,31 @@ async fn bad_lease_input_gets_the_shared_400_on_postgres() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_lease_input_gets_the_shared_400_on_etcd() {
     bad_lease_input_gets_400_with_the_shared_message(Store::Etcd, "etcd").await;
+}
+
+/// The HTTP client maps the server's error code back to the backend's own variant: etcd's
+/// whole-seconds rule, refused by the server's etcd backend, is `LeaseError::Settings`
+/// (`unsupported_settings`) at the client too, with the backend's message once (not wrapped
+/// in a second `lease "…": `), not a retryable error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_client_gets_the_backends_own_error_by_its_code() {
+    use troupe_lease::lease::LeaseError;
+    let base = server(Store::Etcd, Some(TOKEN)).await;
+    let client = HttpCoordination::new(&base, TOKEN).unwrap();
+    let settings =
+        LeaseSettings::new(Duration::from_millis(1500), Duration::from_millis(500)).unwrap();
+    let lease = client
+        .leases()
+        .lease("whole-seconds", "owner-a", &settings)
+        .unwrap();
+    let error = lease.acquire(Box::new(|_| {})).await.unwrap_err();
+    assert!(matches!(error, LeaseError::Settings { .. }), "{error:?}");
+    assert_eq!(error.code(), "unsupported_settings");
+    assert!(!error.is_retryable());
+    let text = error.to_string();
+    assert!(text.contains("whole number of seconds"), "{text}");
+    assert_eq!(text.matches("lease \"whole-seconds\"").count(), 1, "{text}");
+    assert!(!lease.holds());
 }
 
 /// A client cut off from the server longer than the TTL reports the loss before another owner

@@ -142,3 +142,211 @@ async fn promtool_accepts_the_metrics_and_the_format_follows_accept() {
     assert!(!text.contains("# EOF") && !text.contains("# UNIT"));
     store.close().await;
 }
+
+/// The real server binary on a throw-away SQLite file, with a short silence limit.
+struct ServerProcess {
+    child: std::process::Child,
+    addr: std::net::SocketAddr,
+}
+
+impl ServerProcess {
+    fn start(sqlite: &std::path::Path, silence_ms: u64) -> Self {
+        use std::io::BufRead;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_troupe-server"))
+            .args(["--listen", "127.0.0.1:0", "--log-json"])
+            .args(["--ingest-token", "t", "--retention-days", "0"])
+            .args(["--agent-silence-ms", &silence_ms.to_string()])
+            .arg("--sqlite-path")
+            .arg(sqlite)
+            .env_remove("DATABASE_URL")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start troupe-server");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if let Ok(log) = serde_json::from_str::<serde_json::Value>(&line)
+                    && let Some(api) = log["api"].as_str()
+                {
+                    let _ = tx.send(api.to_owned());
+                }
+            }
+        });
+        let api = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the server logs its address");
+        let addr = api
+            .trim_start_matches("http://")
+            .trim_end_matches("/api/v1")
+            .parse()
+            .unwrap();
+        Self { child, addr }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The value of `troupe_members{cluster="app",health=…}` of each health in `text`.
+fn members_of_app(text: &str) -> std::collections::BTreeMap<String, i64> {
+    text.lines()
+        .filter_map(|line| line.strip_prefix("troupe_members{cluster=\"app\",health=\""))
+        .filter_map(|rest| {
+            let (health, value) = rest.split_once("\"} ")?;
+            Some((health.to_owned(), value.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+fn scrape(http: &mut troupe_server::testing::HttpClient) -> String {
+    let resp = http.request("GET", "/metrics", None, b"").unwrap();
+    assert_eq!(resp.status, 200, "{}", resp.body);
+    let (ok, said) = promtool(&resp.body);
+    assert!(
+        ok && said.trim().is_empty(),
+        "promtool: {said}\n{}",
+        resp.body
+    );
+    resp.body
+}
+
+/// Scrapes until `want` holds of the `app` counts, for at most `within`; the counts then.
+fn scrape_until(
+    http: &mut troupe_server::testing::HttpClient,
+    within: std::time::Duration,
+    want: impl Fn(&std::collections::BTreeMap<String, i64>) -> bool,
+) -> std::collections::BTreeMap<String, i64> {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let counts = members_of_app(&scrape(http));
+        if want(&counts) {
+            return counts;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not within {within:?}: {counts:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+fn count(counts: &std::collections::BTreeMap<String, i64>, health: &str) -> i64 {
+    counts.get(health).copied().unwrap_or(-1)
+}
+
+#[test]
+fn troupe_members_counts_members_by_health_after_real_ingest_and_turns_unknown_when_an_agent_goes_silent()
+ {
+    use std::time::{Duration, Instant};
+    use troupe_protocol::{AgentHealth, EventBody, HealthChange, MemberStatus};
+
+    let file = TestSqliteFile::new();
+    let silence_ms = 3_000;
+    let server = ServerProcess::start(file.path(), silence_ms);
+    let mut http = troupe_server::testing::HttpClient::new(server.addr);
+    let now = || chrono::Utc::now().timestamp_millis();
+    let (a, b, c) = ("10.0.0.1:2552", "10.0.0.2:2552", "10.0.0.3:2552");
+    let mut ingest = |batch: troupe_protocol::ReportBatch| {
+        let body = serde_json::to_vec(&batch).unwrap();
+        let resp = http
+            .request("POST", "/api/v1/ingest", Some("t"), &body)
+            .unwrap();
+        assert_eq!(resp.status, 200, "{}", resp.body);
+    };
+    let ready = |node: &str, t: i64| {
+        let health = HealthChange {
+            health: AgentHealth::Ready,
+            reason: None,
+        };
+        BatchBuilder::new("app", node, 1).event(t, EventBody::AgentHealthChanged(health))
+    };
+    let t = now();
+    // a sees all three up and c unreachable; every agent says it is ready.
+    let mut first = ready(a, t);
+    for node in [a, b, c] {
+        first = first.member(t, EventBody::MemberUp, node, MemberStatus::Up, &[]);
+    }
+    ingest(
+        first
+            .member(t, EventBody::MemberUnreachable, c, MemberStatus::Up, &[])
+            .sent_at(t)
+            .build(),
+    );
+    let b_last_report = Instant::now();
+    ingest(ready(b, t).sent_at(t).build());
+    ingest(ready(c, t).sent_at(t).build());
+
+    let mut http = troupe_server::testing::HttpClient::new(server.addr);
+    let counts = scrape_until(&mut http, Duration::from_secs(5), |c| {
+        count(c, "ready") == 2 && count(c, "unreachable") == 1
+    });
+    assert_eq!(counts.len(), 10, "every health is exported: {counts:?}");
+    for health in [
+        "joining", "up", "starting", "draining", "fenced", "leaving", "down", "unknown",
+    ] {
+        assert_eq!(count(&counts, health), 0, "{health}: {counts:?}");
+    }
+
+    // a keeps reporting; b and c go silent. c stays unreachable (that comes first), b turns
+    // unknown once it has sent nothing for the silence limit, within one sweep (1 s) more.
+    let mut ingest = {
+        let mut http = troupe_server::testing::HttpClient::new(server.addr);
+        move |batch: troupe_protocol::ReportBatch| {
+            let body = serde_json::to_vec(&batch).unwrap();
+            let resp = http
+                .request("POST", "/api/v1/ingest", Some("t"), &body)
+                .unwrap();
+            assert_eq!(resp.status, 200, "{}", resp.body);
+        }
+    };
+    let mut sequence = 1;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let turned = loop {
+        sequence += 1;
+        ingest(BatchBuilder::new("app", a, sequence).sent_at(now()).build());
+        let counts = members_of_app(&scrape(&mut http));
+        if count(&counts, "unknown") == 1 {
+            break (b_last_report.elapsed(), counts);
+        }
+        assert_eq!(
+            count(&counts, "ready"),
+            2,
+            "b is ready until silent: {counts:?}"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "b never turned unknown: {counts:?}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let (after, counts) = turned;
+    assert!(
+        after >= Duration::from_millis(silence_ms),
+        "unknown only past the silence limit, not after {after:?}"
+    );
+    assert!(
+        after < Duration::from_millis(silence_ms) + Duration::from_secs(3),
+        "unknown within a sweep of the limit, not after {after:?}"
+    );
+    assert_eq!(
+        (count(&counts, "ready"), count(&counts, "unreachable")),
+        (1, 1),
+        "{counts:?}"
+    );
+
+    // b reports again: ready again, on ingest (not waiting for the silence sweep).
+    ingest(BatchBuilder::new("app", b, 2).sent_at(now()).build());
+    scrape_until(&mut http, Duration::from_millis(900), |c| {
+        count(c, "ready") == 2 && count(c, "unknown") == 0
+    });
+}

@@ -457,3 +457,48 @@ fn the_limits_table_is_what_the_ingest_check_enforces() {
         }
     }
 }
+
+#[test]
+fn every_error_body_has_a_required_code_from_the_documented_enum() {
+    let doc = document();
+    let schemas = &doc["components"]["schemas"];
+    let body = &schemas["ErrorBody"];
+    let required: Vec<&str> = body["required"]
+        .as_array()
+        .expect("ErrorBody.required")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        ["error", "status", "code"]
+            .iter()
+            .all(|f| required.contains(f)),
+        "{required:?}"
+    );
+    assert_eq!(
+        body["properties"]["code"]["$ref"], "#/components/schemas/ErrorCode",
+        "{body}"
+    );
+    let codes: BTreeSet<&str> = schemas["ErrorCode"]["enum"]
+        .as_array()
+        .expect("ErrorCode.enum")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for code in [
+        "ttl_out_of_range",
+        "renew_interval_out_of_range",
+        "unsupported_settings",
+        "name_too_long",
+        "owner_control_character",
+        "actor_empty",
+        "host_too_long",
+        "not_owner",
+        "compacted",
+        "unavailable",
+        "bad_request",
+        "method_not_allowed",
+    ] {
+        assert!(codes.contains(code), "{code} missing from {codes:?}");
+    }
+}

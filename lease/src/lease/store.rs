@@ -168,7 +168,8 @@ impl<S: LeaseStore> fmt::Debug for GrantedLease<S> {
 
 impl<S: LeaseStore> GrantedLease<S> {
     /// A handle to lease `name` that acquires as `owner` at `store`. Refuses a name or owner
-    /// outside the limits ([`validate_identity`]) with [`LeaseError::Invalid`].
+    /// outside the limits ([`validate_identity`]) with [`LeaseError::InvalidName`] or
+    /// [`LeaseError::InvalidOwner`].
     pub fn new(
         store: Arc<S>,
         name: &str,
@@ -508,7 +509,7 @@ macro_rules! lease_handle {
             /// A handle to lease `name` that acquires as `owner` (what `LeaseProvider::lease`
             /// answers, with its concrete type). Creating it does no I/O; settings the store
             /// cannot honour are refused with `LeaseError::Settings`, names or owners outside
-            /// the limits with `LeaseError::Invalid`.
+            /// the limits with `LeaseError::InvalidName` or `InvalidOwner`.
             pub fn handle(
                 &self,
                 name: &str,

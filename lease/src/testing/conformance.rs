@@ -29,7 +29,8 @@
 //! ```
 //!
 //! Cases:
-//! - [`concurrent_acquirers_one_winner`]: 20 concurrent acquirers, exactly one winner.
+//! - [`concurrent_acquirers_one_winner`]: 20 concurrent acquirers, exactly one winner (on a TTL
+//!   of at least the operation timeout, so load cannot let the grant lapse mid-case).
 //! - [`racing_updaters_never_lose_an_update`]: owners racing acquire/release never overlap (at
 //!   the store, nor in `holds()`: once one is granted, the previous holder's `holds()` is false) and
 //!   every grant is counted with its own increasing token; hosts racing claims and releases on
@@ -41,6 +42,10 @@
 //! - [`directory_claim_race_has_one_winner`] (and release by a non-owner is refused).
 //! - [`eviction_releases_every_claim`].
 //! - [`watch_resumes_in_order_after_reconnect`].
+//! - [`bad_lease_input_is_refused_alike`]: every out-of-limits lease name and owner gets exactly
+//!   the error [`validate_identity`] gives (variant, code and message), nothing granted.
+//! - [`bad_directory_input_is_refused_alike`]: every out-of-limits actor id and host, in every
+//!   operation, gets exactly the error [`validate_actor`] or [`validate_host`] gives.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -52,10 +57,12 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use crate::directory::{
-    ClaimOutcome, Directory, DirectoryChange, DirectoryEvent, DirectoryWatch, Revision,
+    ClaimOutcome, Directory, DirectoryChange, DirectoryError, DirectoryEvent, DirectoryWatch,
+    Revision, validate_actor, validate_host,
 };
 use crate::lease::{
-    FencingToken, Lease, LeaseLost, LeaseLostCallback, LeaseProvider, LeaseSettings,
+    FencingToken, Lease, LeaseLost, LeaseLostCallback, LeaseProvider, LeaseSettings, MAX_LEASE_TTL,
+    MAX_NAME_BYTES, validate_identity,
 };
 
 /// One isolated backend instance under test.
@@ -112,9 +119,26 @@ impl Backend {
     }
 
     fn lease(&self, name: &str, owner: &str) -> Arc<dyn Lease> {
+        self.lease_with(name, owner, &self.settings)
+    }
+
+    fn lease_with(&self, name: &str, owner: &str, settings: &LeaseSettings) -> Arc<dyn Lease> {
         self.leases
-            .lease(name, owner, &self.settings)
+            .lease(name, owner, settings)
             .unwrap_or_else(|e| panic!("[{}] lease handle {name}/{owner}: {e}", self.name))
+    }
+
+    /// `settings` with TTL and renew interval multiplied by the smallest whole factor that
+    /// makes the TTL at least `operation_timeout` (so a backend that honours whole seconds
+    /// still does), capped at [`MAX_LEASE_TTL`].
+    fn race_settings(&self) -> LeaseSettings {
+        let ttl = self.settings.ttl();
+        let wanted = self.operation_timeout.min(MAX_LEASE_TTL);
+        let factor = u32::try_from(wanted.as_nanos().div_ceil(ttl.as_nanos().max(1)))
+            .unwrap_or(1)
+            .max(1);
+        LeaseSettings::new(ttl * factor, self.settings.renew_interval() * factor)
+            .unwrap_or(self.settings)
     }
 
     async fn bounded<T>(&self, what: &str, fut: impl Future<Output = T>) -> T {
@@ -162,9 +186,15 @@ fn ignore_loss() -> LeaseLostCallback {
 }
 
 /// 20 handles of one lease acquire at once: exactly one wins, the others are told it is held.
+///
+/// The handles use [`Backend::settings`] scaled up (same ratio, whole multiples) to a TTL of at
+/// least [`Backend::operation_timeout`]: the case is about the race, and a short TTL on a loaded
+/// machine would let the winner's grant lapse between the race and the checks, so a late
+/// acquirer would win too.
 pub async fn concurrent_acquirers_one_winner(b: &Backend) {
+    let settings = b.race_settings();
     let handles: Vec<Arc<dyn Lease>> = (0..20)
-        .map(|i| b.lease("contended", &format!("owner-{i}")))
+        .map(|i| b.lease_with("contended", &format!("owner-{i}"), &settings))
         .collect();
     let mut tasks = Vec::new();
     for handle in &handles {
@@ -619,6 +649,114 @@ pub async fn watch_resumes_in_order_after_reconnect(b: &Backend) {
     );
 }
 
+/// Names and owners outside the limits, one of each problem: empty, one byte too long, 100 KiB,
+/// a control character.
+fn bad_names() -> Vec<String> {
+    vec![
+        String::new(),
+        "x".repeat(MAX_NAME_BYTES + 1),
+        "y".repeat(100 * 1024),
+        "a\u{0}b".to_owned(),
+        "line\nbreak".to_owned(),
+    ]
+}
+
+/// Every lease name and owner outside the limits is refused when the handle is made, with
+/// exactly the error [`validate_identity`] gives — the same variant, code and message on
+/// every backend — and a good handle of the same lease is still granted afterwards.
+pub async fn bad_lease_input_is_refused_alike(b: &Backend) {
+    for bad in bad_names() {
+        for (name, owner) in [(bad.as_str(), "owner-a"), ("refused", bad.as_str())] {
+            let expected = validate_identity(name, owner).expect_err("outside the limits");
+            let got = b
+                .leases
+                .lease(name, owner, &b.settings)
+                .err()
+                .unwrap_or_else(|| {
+                    panic!(
+                        "[{}] a handle for name {} / owner {} was made",
+                        b.name,
+                        crate::shorten(name),
+                        crate::shorten(owner)
+                    )
+                });
+            assert_eq!(got, expected, "[{}] {}", b.name, expected.code());
+            assert_eq!(got.code(), expected.code(), "[{}]", b.name);
+            assert!(
+                !got.is_retryable(),
+                "[{}] bad input is not retryable",
+                b.name
+            );
+        }
+    }
+    let good = b.lease("refused", "owner-a");
+    assert!(b.acquire(&good).await.is_some(), "[{}] free", b.name);
+    b.release(&good).await;
+}
+
+/// Every actor id and host outside the limits is refused by every operation that takes one
+/// (claim, lookup, release, evict), with exactly the error [`validate_actor`] or
+/// [`validate_host`] gives, the actor checked first; nothing is claimed.
+pub async fn bad_directory_input_is_refused_alike(b: &Backend) {
+    let d = &b.directory;
+    let expect = |what: &str, got: Result<(), DirectoryError>, expected: DirectoryError| {
+        let got = got.expect_err(what);
+        assert_eq!(got, expected, "[{}] {what}", b.name);
+        assert_eq!(got.code(), expected.code(), "[{}] {what}", b.name);
+    };
+    for bad in bad_names() {
+        let actor_error = validate_actor(&bad).expect_err("outside the limits");
+        let host_error = validate_host(&bad).expect_err("outside the limits");
+        let shown = crate::shorten(&bad);
+        expect(
+            &format!("claim actor {shown:?}"),
+            b.bounded("claim", d.claim(&bad, "host-a")).await.map(drop),
+            actor_error.clone(),
+        );
+        expect(
+            &format!("claim actor {shown:?} with a bad host too"),
+            b.bounded("claim", d.claim(&bad, &bad)).await.map(drop),
+            actor_error.clone(),
+        );
+        expect(
+            &format!("claim for host {shown:?}"),
+            b.bounded("claim", d.claim("actor-a", &bad)).await.map(drop),
+            host_error.clone(),
+        );
+        expect(
+            &format!("lookup {shown:?}"),
+            b.bounded("lookup", d.lookup(&bad)).await.map(drop),
+            actor_error.clone(),
+        );
+        expect(
+            &format!("release actor {shown:?}"),
+            b.bounded("release", d.release(&bad, "host-a"))
+                .await
+                .map(drop),
+            actor_error.clone(),
+        );
+        expect(
+            &format!("release for host {shown:?}"),
+            b.bounded("release", d.release("actor-a", &bad))
+                .await
+                .map(drop),
+            host_error.clone(),
+        );
+        expect(
+            &format!("evict host {shown:?}"),
+            b.bounded("evict", d.evict_host(&bad)).await.map(drop),
+            host_error,
+        );
+    }
+    let lookup = b.bounded("lookup", d.lookup("actor-a")).await;
+    assert_eq!(
+        lookup.map_err(|e| e.to_string()),
+        Ok(None),
+        "[{}] nothing was claimed",
+        b.name
+    );
+}
+
 /// One `#[tokio::test]` per conformance case, each on a fresh backend from `$make` (an async
 /// function answering a [`Backend`]).
 ///
@@ -634,7 +772,8 @@ macro_rules! conformance_tests {
             conformance_racing_updaters_never_lose_an_update => racing_updaters_never_lose_an_update,
             conformance_expiry_after_ttl => expiry_after_ttl,
             conformance_release_by_non_holder_is_refused => release_by_non_holder_is_refused,
-            conformance_fencing_token_increases_across_holders => fencing_token_increases_across_holders
+            conformance_fencing_token_increases_across_holders => fencing_token_increases_across_holders,
+            conformance_bad_lease_input_is_refused_alike => bad_lease_input_is_refused_alike
         );
     };
     (directory: $make:path) => {
@@ -642,7 +781,8 @@ macro_rules! conformance_tests {
             conformance_racing_updaters_never_lose_an_update => racing_updaters_never_lose_an_update,
             conformance_directory_claim_race_has_one_winner => directory_claim_race_has_one_winner,
             conformance_eviction_releases_every_claim => eviction_releases_every_claim,
-            conformance_watch_resumes_in_order_after_reconnect => watch_resumes_in_order_after_reconnect
+            conformance_watch_resumes_in_order_after_reconnect => watch_resumes_in_order_after_reconnect,
+            conformance_bad_directory_input_is_refused_alike => bad_directory_input_is_refused_alike
         );
     };
     ($make:path) => {
@@ -654,7 +794,9 @@ macro_rules! conformance_tests {
             conformance_fencing_token_increases_across_holders => fencing_token_increases_across_holders,
             conformance_directory_claim_race_has_one_winner => directory_claim_race_has_one_winner,
             conformance_eviction_releases_every_claim => eviction_releases_every_claim,
-            conformance_watch_resumes_in_order_after_reconnect => watch_resumes_in_order_after_reconnect
+            conformance_watch_resumes_in_order_after_reconnect => watch_resumes_in_order_after_reconnect,
+            conformance_bad_lease_input_is_refused_alike => bad_lease_input_is_refused_alike,
+            conformance_bad_directory_input_is_refused_alike => bad_directory_input_is_refused_alike
         );
     };
     (@case $make:path, $($test:ident => $case:ident),+) => {

@@ -21,6 +21,7 @@ pub(crate) fn resource(path: &str, methods: &'static str) -> Resource {
                     req.path()
                 ),
                 status: 405,
+                code: "method_not_allowed",
             })
     }))
 }
@@ -30,5 +31,6 @@ pub(crate) async fn not_found(req: HttpRequest) -> HttpResponse {
     HttpResponse::NotFound().json_body(ErrorBody {
         error: format!("no resource at {}; see /api/v1/openapi.json", req.path()),
         status: 404,
+        code: "not_found",
     })
 }

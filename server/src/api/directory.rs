@@ -8,13 +8,13 @@ use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse, ResponseError, web};
 use serde::{Deserialize, Serialize};
 use troupe_lease::directory::{
-    Claim, ClaimOutcome, DirectoryChange, DirectoryError, DirectoryEvent, Revision,
+    Claim, ClaimOutcome, DirectoryChange, DirectoryError, DirectoryEvent, Revision, validate_actor,
+    validate_host,
 };
 use utoipa::{IntoParams, ToSchema};
 
 use super::allow::resource;
 use super::audit::{AskedCoordination, audited_coordination};
-use super::leases::name_ok;
 use crate::error::{ApiError, ErrorBody};
 use crate::request::{json_body, query_expecting};
 use crate::state::AppState;
@@ -161,22 +161,13 @@ pub struct WatchQuery {
     pub wait_ms: Option<u64>,
 }
 
-fn directory_error(error: DirectoryError) -> ApiError {
-    match error {
-        DirectoryError::Invalid(_) => ApiError::BadRequest(error.to_string()),
-        DirectoryError::Unavailable(_) => ApiError::Unavailable(error.to_string()),
-        DirectoryError::Compacted { .. } => ApiError::Gone(error.to_string()),
-        other => ApiError::BadGateway(other.to_string()),
-    }
-}
-
 /// Claim `actor` for `host`; exactly one of concurrent claimants wins.
 #[utoipa::path(post, path = "/api/v1/coordination/claims/{actor}", operation_id = "claimActor", tag = "coordination",
     params(("actor" = crate::api::schemas::CoordinationName, Path, description = "Actor id")),
     request_body = ClaimRequest,
     responses((status = 200, description = "`won`: whether the claimant owns the actor now; `claim`: the claim in force", body = ClaimOutcomeDto),
-        (status = 400, description = "A malformed body, or an empty or control-character actor id or host", body = ErrorBody),
-        (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody), (status = 502, description = "The coordination backend answered with an error", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry", body = ErrorBody)),
+        (status = 400, description = "A malformed body (`code` `bad_request`), or an actor id or host outside the limits (`actor_…`, `host_…`: `_empty`, `_too_long`, `_control_character`)", body = ErrorBody),
+        (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody), (status = 502, description = "The coordination backend answered with an error (`provider_error`, `malformed`)", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry (`unavailable`)", body = ErrorBody)),
     security(("coordination" = [])))]
 pub async fn claim(
     state: web::Data<AppState>,
@@ -186,13 +177,9 @@ pub async fn claim(
 ) -> Result<HttpResponse, ApiError> {
     let service = state.coordination_for(&req)?;
     let request: ClaimRequest = json_body(&bytes, r#"{"host": string}"#)?;
-    name_ok("actor id", &actor)?;
-    name_ok("host", &request.host)?;
-    let outcome = service
-        .directory()
-        .claim(&actor, &request.host)
-        .await
-        .map_err(directory_error)?;
+    validate_actor(&actor)?;
+    validate_host(&request.host)?;
+    let outcome = service.directory().claim(&actor, &request.host).await?;
     let won = outcome.won();
     let claim = match outcome {
         ClaimOutcome::Claimed(c) | ClaimOutcome::Owned(c) => c,
@@ -207,8 +194,8 @@ pub async fn claim(
 #[utoipa::path(get, path = "/api/v1/coordination/claims/{actor}", operation_id = "lookupClaim", tag = "coordination",
     params(("actor" = crate::api::schemas::CoordinationName, Path, description = "Actor id")),
     responses((status = 200, body = LookupDto),
-        (status = 400, description = "An empty or control-character name", body = ErrorBody),
-        (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody), (status = 502, description = "The coordination backend answered with an error", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry", body = ErrorBody)),
+        (status = 400, description = "A name outside the limits (`actor_…` or `host_…`: `_empty`, `_too_long`, `_control_character`)", body = ErrorBody),
+        (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody), (status = 502, description = "The coordination backend answered with an error (`provider_error`, `malformed`)", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry (`unavailable`)", body = ErrorBody)),
     security(("coordination" = [])))]
 pub async fn lookup(
     state: web::Data<AppState>,
@@ -216,12 +203,8 @@ pub async fn lookup(
     actor: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let service = state.coordination_for(&req)?;
-    name_ok("actor id", &actor)?;
-    let claim = service
-        .directory()
-        .lookup(&actor)
-        .await
-        .map_err(directory_error)?;
+    validate_actor(&actor)?;
+    let claim = service.directory().lookup(&actor).await?;
     Ok(HttpResponse::Ok().json_body(LookupDto {
         claim: claim.map(Into::into),
     }))
@@ -231,8 +214,8 @@ pub async fn lookup(
 #[utoipa::path(delete, path = "/api/v1/coordination/claims/{actor}", operation_id = "releaseClaim", tag = "coordination",
     params(("actor" = crate::api::schemas::CoordinationName, Path, description = "Actor id"), HostQuery),
     responses((status = 200, body = ClaimReleasedDto),
-        (status = 400, description = "No `host`, unknown query parameters, or an empty or control-character actor id or host", body = ErrorBody),
-        (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody), (status = 502, description = "The coordination backend answered with an error", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry", body = ErrorBody)),
+        (status = 400, description = "No `host` or unknown query parameters (`bad_request`), or an actor id or host outside the limits (`actor_…`, `host_…`)", body = ErrorBody),
+        (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody), (status = 502, description = "The coordination backend answered with an error (`provider_error`, `malformed`)", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry (`unavailable`)", body = ErrorBody)),
     security(("coordination" = [])))]
 pub async fn unclaim(
     state: web::Data<AppState>,
@@ -249,13 +232,9 @@ pub async fn unclaim(
     audited_coordination(&state, &req, asked, async {
         let service = state.coordination_for(&req)?;
         let host: HostQuery = query_expecting(&req, "?host=<host>")?;
-        name_ok("actor id", &actor)?;
-        name_ok("host", &host.host)?;
-        let released = service
-            .directory()
-            .release(&actor, &host.host)
-            .await
-            .map_err(directory_error)?;
+        validate_actor(&actor)?;
+        validate_host(&host.host)?;
+        let released = service.directory().release(&actor, &host.host).await?;
         let done = if released {
             "released the claim"
         } else {
@@ -273,8 +252,8 @@ pub async fn unclaim(
 #[utoipa::path(post, path = "/api/v1/coordination/hosts/{host}/evict", operation_id = "evictHost", tag = "coordination",
     params(("host" = crate::api::schemas::CoordinationName, Path, description = "Host")),
     responses((status = 200, body = EvictedDto),
-        (status = 400, description = "An empty or control-character name", body = ErrorBody),
-        (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody), (status = 502, description = "The coordination backend answered with an error", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry", body = ErrorBody)),
+        (status = 400, description = "A name outside the limits (`actor_…` or `host_…`: `_empty`, `_too_long`, `_control_character`)", body = ErrorBody),
+        (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody), (status = 502, description = "The coordination backend answered with an error (`provider_error`, `malformed`)", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry (`unavailable`)", body = ErrorBody)),
     security(("coordination" = [])))]
 pub async fn evict(
     state: web::Data<AppState>,
@@ -287,12 +266,8 @@ pub async fn evict(
     };
     audited_coordination(&state, &req, asked, async {
         let service = state.coordination_for(&req)?;
-        name_ok("host", &host)?;
-        let released = service
-            .directory()
-            .evict_host(&host)
-            .await
-            .map_err(directory_error)?;
+        validate_host(&host)?;
+        let released = service.directory().evict_host(&host).await?;
         let done = format!(
             "released {} claim{}{}{}",
             released.len(),
@@ -307,18 +282,14 @@ pub async fn evict(
 
 /// Every claim and the revision it is current at.
 #[utoipa::path(get, path = "/api/v1/coordination/directory", operation_id = "getDirectory", tag = "coordination",
-    responses((status = 200, body = SnapshotDto), (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody), (status = 502, description = "The coordination backend answered with an error", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry", body = ErrorBody)),
+    responses((status = 200, body = SnapshotDto), (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody), (status = 502, description = "The coordination backend answered with an error (`provider_error`, `malformed`)", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry (`unavailable`)", body = ErrorBody)),
     security(("coordination" = [])))]
 pub async fn snapshot(
     state: web::Data<AppState>,
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     let service = state.coordination_for(&req)?;
-    let snapshot = service
-        .directory()
-        .snapshot()
-        .await
-        .map_err(directory_error)?;
+    let snapshot = service.directory().snapshot().await?;
     Ok(HttpResponse::Ok().json_body(SnapshotDto {
         claims: snapshot.claims.into_iter().map(Into::into).collect(),
         revision: snapshot.revision.0,
@@ -332,8 +303,8 @@ pub async fn snapshot(
     responses((status = 200, description = "The changes after `after` (empty when none came within `wait_ms`)", body = WatchDto),
         (status = 400, description = "No `after`, a malformed one, `wait_ms` above 60000, or unknown query parameters", body = ErrorBody),
         (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody),
-        (status = 410, description = "The history after `after` is compacted; take a new snapshot (`x-troupe-oldest-revision` names the oldest revision still kept)", body = ErrorBody),
-        (status = 502, description = "The coordination backend answered with an error", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry", body = ErrorBody)),
+        (status = 410, description = "The history after `after` is compacted; take a new snapshot (`code` `compacted`; `x-troupe-oldest-revision` names the oldest revision still kept)", body = ErrorBody),
+        (status = 502, description = "The coordination backend answered with an error (`provider_error`, `malformed`)", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry (`unavailable`)", body = ErrorBody)),
     security(("coordination" = [])))]
 pub async fn watch(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     let service = state.coordination_for(&req)?;
@@ -379,7 +350,7 @@ fn watch_error(error: DirectoryError) -> HttpResponse {
         DirectoryError::Compacted { oldest, .. } => Some(oldest.0),
         _ => None,
     };
-    let mut response = directory_error(error).error_response();
+    let mut response = ApiError::from(error).error_response();
     if let Some(oldest) = oldest
         && let Ok(value) = HeaderValue::from_str(&oldest.to_string())
     {

@@ -131,6 +131,7 @@ async fn receive(
         state
             .metrics
             .batch(Outcome::Stored, started.elapsed().as_secs_f64());
+        state.member_gauge.touch(&id.cluster_key());
         state.live.publish_batch(&batch);
         if let Some(export) = &state.export {
             export.export_batch(&batch);

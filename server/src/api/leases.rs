@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
-use troupe_lease::lease::{FencingToken, LeaseError, LeaseSettings};
+use troupe_lease::lease::{FencingToken, LeaseSettings, validate_identity, validate_lease_name};
 use utoipa::ToSchema;
 
 use super::allow::resource;
 use super::audit::{AskedCoordination, audited_coordination};
-use crate::coordination::{Acquisition, GrantError};
+use crate::coordination::Acquisition;
 use crate::error::{ApiError, ErrorBody};
 use crate::request::json_body;
 use crate::state::AppState;
@@ -136,32 +136,10 @@ pub struct LeaseStateDto {
     pub holder: Option<LeaseGrantDto>,
 }
 
-fn lease_error(error: LeaseError) -> ApiError {
-    match error {
-        LeaseError::Settings { .. } | LeaseError::Invalid { .. } => {
-            ApiError::BadRequest(error.to_string())
-        }
-        LeaseError::Unavailable { .. } => ApiError::Unavailable(error.to_string()),
-        other => ApiError::BadGateway(other.to_string()),
-    }
-}
-
-fn grant_error(error: GrantError) -> ApiError {
-    match error {
-        GrantError::Backend(error) => lease_error(error),
-        not_held @ GrantError::NotHeld { .. } => ApiError::Conflict(not_held.to_string()),
-    }
-}
-
 /// Shortest TTL a grant may have, milliseconds: `troupe_lease::lease::MIN_LEASE_TTL`.
 pub const MIN_TTL_MS: u64 = troupe_lease::lease::MIN_LEASE_TTL.as_millis() as u64;
 /// Longest TTL a grant may have, milliseconds: `troupe_lease::lease::MAX_LEASE_TTL`.
 pub const MAX_TTL_MS: u64 = troupe_lease::lease::MAX_LEASE_TTL.as_millis() as u64;
-
-pub(crate) fn name_ok(what: &str, value: &str) -> Result<(), ApiError> {
-    troupe_lease::directory::validate_name(what, value)
-        .map_err(|e| ApiError::BadRequest(e.to_string()))
-}
 
 /// Acquire lease `name` for `owner`: `granted` and a fencing token, or `granted: false` when
 /// another owner holds it. Acquiring again while holding extends the grant.
@@ -169,8 +147,8 @@ pub(crate) fn name_ok(what: &str, value: &str) -> Result<(), ApiError> {
     params(("name" = crate::api::schemas::CoordinationName, Path, description = "Lease name")),
     request_body = AcquireRequest,
     responses((status = 200, description = "Granted, or `granted: false` when another owner holds it", body = LeaseGrantDto),
-        (status = 400, description = "A malformed body, an empty or control-character name or owner, or a TTL or renew interval out of range", body = ErrorBody),
-        (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody), (status = 502, description = "The coordination backend answered with an error", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry", body = ErrorBody)),
+        (status = 400, description = "A malformed body (`code` `bad_request`), a name or owner outside the limits (`name_empty`, `name_too_long`, `name_control_character`, `owner_…` alike), a TTL or renew interval out of range (`ttl_out_of_range`, `renew_interval_out_of_range`), or valid settings the backend cannot honour (`unsupported_settings`)", body = ErrorBody),
+        (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody), (status = 502, description = "The coordination backend answered with an error (`provider_error`, `malformed`)", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry (`unavailable`)", body = ErrorBody)),
     security(("coordination" = [])))]
 pub async fn acquire(
     state: web::Data<AppState>,
@@ -183,17 +161,11 @@ pub async fn acquire(
         &bytes,
         r#"{"owner": string, "ttl_ms": integer, "renew_interval_ms": integer (optional)}"#,
     )?;
-    troupe_lease::lease::validate_identity(&name, &request.owner)
-        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    validate_identity(&name, &request.owner)?;
     let ttl = Duration::from_millis(request.ttl_ms);
     let renew = Duration::from_millis(request.renew_interval_ms.unwrap_or(request.ttl_ms / 5));
-    let settings = LeaseSettings::new(ttl, renew)
-        .map_err(|e| ApiError::BadRequest(format!("ttl_ms/renew_interval_ms: {e}")))?;
-    let grant = match service
-        .acquire(&name, &request.owner, settings)
-        .await
-        .map_err(grant_error)?
-    {
+    let settings = LeaseSettings::new(ttl, renew).map_err(|e| ApiError::lease_settings(&e))?;
+    let grant = match service.acquire(&name, &request.owner, settings).await? {
         Acquisition::Granted(grant) => LeaseGrantDto::from(grant),
         Acquisition::Refused => LeaseGrantDto::refused(&request.owner),
     };
@@ -205,10 +177,10 @@ pub async fn acquire(
     params(("name" = crate::api::schemas::CoordinationName, Path, description = "Lease name")),
     request_body = GrantRequest,
     responses((status = 200, body = LeaseGrantDto),
-        (status = 400, description = "A malformed body, or an empty or control-character name or owner", body = ErrorBody),
+        (status = 400, description = "A malformed body (`code` `bad_request`), or a name or owner outside the limits (`name_…`, `owner_…`: `_empty`, `_too_long`, `_control_character`)", body = ErrorBody),
         (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody),
-        (status = 409, description = "The owner no longer holds the lease with that token; acquire again", body = ErrorBody),
-        (status = 502, description = "The coordination backend answered with an error", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry", body = ErrorBody)),
+        (status = 409, description = "The owner no longer holds the lease with that token; acquire again (`code` `not_owner`)", body = ErrorBody),
+        (status = 502, description = "The coordination backend answered with an error (`provider_error`, `malformed`)", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry (`unavailable`)", body = ErrorBody)),
     security(("coordination" = [])))]
 pub async fn renew(
     state: web::Data<AppState>,
@@ -218,12 +190,10 @@ pub async fn renew(
 ) -> Result<HttpResponse, ApiError> {
     let service = state.coordination_for(&req)?;
     let request: GrantRequest = json_body(&bytes, r#"{"owner": string, "token": integer}"#)?;
-    name_ok("lease name", &name)?;
-    name_ok("owner", &request.owner)?;
+    validate_identity(&name, &request.owner)?;
     let grant = service
         .renew(&name, &request.owner, FencingToken(request.token))
-        .await
-        .map_err(grant_error)?;
+        .await?;
     Ok(HttpResponse::Ok().json_body(LeaseGrantDto::from(grant)))
 }
 
@@ -232,10 +202,10 @@ pub async fn renew(
     params(("name" = crate::api::schemas::CoordinationName, Path, description = "Lease name")),
     request_body = GrantRequest,
     responses((status = 200, body = ReleasedDto),
-        (status = 400, description = "A malformed body, or an empty or control-character name or owner", body = ErrorBody),
+        (status = 400, description = "A malformed body (`code` `bad_request`), or a name or owner outside the limits (`name_…`, `owner_…`: `_empty`, `_too_long`, `_control_character`)", body = ErrorBody),
         (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody),
-        (status = 409, description = "The owner no longer holds the lease with that token", body = ErrorBody),
-        (status = 502, description = "The coordination backend answered with an error", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry", body = ErrorBody)),
+        (status = 409, description = "The owner no longer holds the lease with that token (`code` `not_owner`)", body = ErrorBody),
+        (status = 502, description = "The coordination backend answered with an error (`provider_error`, `malformed`)", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry (`unavailable`)", body = ErrorBody)),
     security(("coordination" = [])))]
 pub async fn release(
     state: web::Data<AppState>,
@@ -253,12 +223,10 @@ pub async fn release(
     audited_coordination(&state, &req, asked, async {
         let service = state.coordination_for(&req)?;
         let request = request?;
-        name_ok("lease name", &name)?;
-        name_ok("owner", &request.owner)?;
+        validate_identity(&name, &request.owner)?;
         let released = service
             .release(&name, &request.owner, FencingToken(request.token))
-            .await
-            .map_err(grant_error)?;
+            .await?;
         let done = if released {
             "released the grant"
         } else {
@@ -276,9 +244,9 @@ pub async fn release(
 #[utoipa::path(get, path = "/api/v1/coordination/leases/{name}", operation_id = "getLease", tag = "coordination",
     params(("name" = crate::api::schemas::CoordinationName, Path, description = "Lease name")),
     responses((status = 200, body = LeaseStateDto),
-        (status = 400, description = "An empty or control-character name", body = ErrorBody),
+        (status = 400, description = "A name outside the limits (`name_empty`, `name_too_long`, `name_control_character`)", body = ErrorBody),
         (status = 401, description = "Missing or wrong coordination token", body = ErrorBody), (status = 403, description = "The coordination API is off (no --coordination-token)", body = ErrorBody),
-        (status = 502, description = "The coordination backend answered with an error", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry", body = ErrorBody)),
+        (status = 502, description = "The coordination backend answered with an error (`provider_error`, `malformed`)", body = ErrorBody), (status = 503, description = "The coordination backend is unavailable; retry (`unavailable`)", body = ErrorBody)),
     security(("coordination" = [])))]
 pub async fn lease(
     state: web::Data<AppState>,
@@ -286,12 +254,8 @@ pub async fn lease(
     name: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let service = state.coordination_for(&req)?;
-    name_ok("lease name", &name)?;
-    let holder = service
-        .holder(&name)
-        .await
-        .map_err(grant_error)?
-        .map(Into::into);
+    validate_lease_name(&name)?;
+    let holder = service.holder(&name).await?.map(Into::into);
     Ok(HttpResponse::Ok().json_body(LeaseStateDto {
         name: name.into_inner(),
         backend: service.backend().to_owned(),

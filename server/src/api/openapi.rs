@@ -18,8 +18,10 @@ use crate::viewer::Route;
             durations) are written as decimal strings (`Uint64`): JSON numbers above 2^53 lose \
             precision in JavaScript and jq. Request bodies accept them as strings or, as older \
             clients send them, as JSON numbers (`Uint64Input`).\n\n\
-            Every error answer is `ErrorBody` (`{\"error\", \"status\"}`; under `/management` Akka's \
-            `{\"message\"}`). A method a path does not serve answers 405 with an `Allow` header; a \
+            Every error answer is `ErrorBody` (`{\"error\", \"status\", \"code\"}`; under \
+            `/management` Akka's `{\"message\"}`): match on the stable `code` \
+            (`ttl_out_of_range`, `owner_too_long`, `not_owner`, `unavailable`, …; see \
+            `ErrorBody.code`), never on the message. A method a path does not serve answers 405 with an `Allow` header; a \
             path under `/api/v1` or `/management` that names no resource answers 404. 503 (with \
             `Retry-After`) means the store is away for now: retry.\n\n\
             Four tokens, each its own security scheme: `ingest` (agents' reports), \
@@ -75,6 +77,7 @@ use crate::viewer::Route;
     ),
     components(schemas(
         crate::error::ErrorBody,
+        crate::error::ErrorCode,
         troupe_protocol::wire::schema::U64,
         troupe_protocol::wire::schema::U64Input,
         super::stream::StreamEvent,
