@@ -18,6 +18,7 @@ use crate::mailbox::{MailboxDepth, Refused};
 use crate::outbound::ForeignCell;
 use crate::path::ActorPath;
 use crate::system::SystemShared;
+use crate::task::current_actor_path;
 
 /// A typed handle to an actor that accepts messages of type `M`. Cheap to clone.
 pub struct ActorRef<M> {
@@ -166,19 +167,23 @@ impl<M: Send + 'static> ActorRef<M> {
     }
 
     /// Send a message without waiting. If it cannot be delivered it becomes a dead letter.
+    ///
+    /// Told from inside an actor (its handler or hooks), the message names that actor as its
+    /// sender (the recipient's [`crate::Context::sender`], the dead letter's `sender`, and across
+    /// the network); told from anywhere else, it names none.
     pub fn tell(&self, message: M) {
-        self.tell_quietly(message, None);
+        self.tell_quietly(message, current_actor_path());
     }
 
-    /// Send a message naming its sender (shown in dead letters).
+    /// Send a message naming its sender (shown in dead letters), whoever tells it.
     pub fn tell_from(&self, message: M, sender: &ActorPath) {
         self.tell_quietly(message, Some(sender.clone()));
     }
 
-    /// The hot path of `tell`: a local actor's mailbox, or the outbound seam; the reason of a
-    /// dead letter is not needed.
+    /// The hot path of `tell`, naming exactly `sender` (forwarders keep the original one): a
+    /// local actor's mailbox, or the outbound seam; the reason of a dead letter is not needed.
     #[inline]
-    fn tell_quietly(&self, message: M, sender: Option<ActorPath>) {
+    pub(crate) fn tell_quietly(&self, message: M, sender: Option<ActorPath>) {
         match &self.target {
             Target::Local(cell) => cell.tell(message, sender),
             Target::Foreign(cell) => {
@@ -202,9 +207,10 @@ impl<M: Send + 'static> ActorRef<M> {
     }
 
     /// Send a message, or get it back if the actor has stopped or its bounded mailbox is full.
-    /// A refused message is not published as a dead letter: the caller has it.
+    /// A refused message is not published as a dead letter: the caller has it. Like
+    /// [`ActorRef::tell`], it names the actor it is told from as its sender.
     pub fn try_tell(&self, message: M) -> Result<(), SendError<M>> {
-        self.try_tell_with(message, None)
+        self.try_tell_with(message, current_actor_path())
     }
 
     /// Like [`ActorRef::try_tell`], naming the sender.

@@ -342,7 +342,7 @@ impl ActorSystem {
                 tracing::debug!(%error, "tell to unresolvable path");
                 self.shared.dead_letters.publish(DeadLetter {
                     recipient,
-                    sender: None,
+                    sender: crate::task::current_actor_path(),
                     message_type: std::any::type_name::<M>(),
                     reason: DeadLetterReason::UnknownRecipient,
                 });

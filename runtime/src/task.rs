@@ -10,6 +10,11 @@
 //! 5. The actor leaves its parent's children (freeing the name) and tells a parent that
 //!    waits for it; then watchers receive `Terminated` (so a watcher may respawn at the same
 //!    path at once); waiters on `terminated()` are released.
+//!
+//! # The current actor
+//! The whole task runs with the actor's path as a task-local value, so a `tell` made while it
+//! runs (in a hook or a handler, before or after an `.await`) names the actor as its sender
+//! ([`current_actor_path`]). Tasks the actor spawns do not inherit it: they are not the actor.
 
 use std::future::{Future, poll_fn};
 use std::panic::AssertUnwindSafe;
@@ -66,6 +71,18 @@ struct Runner<A: Actor> {
     rare: Option<Box<Rare>>,
 }
 
+tokio::task_local! {
+    /// The path of the actor whose task is running.
+    static CURRENT_ACTOR: crate::path::ActorPath;
+}
+
+/// The path of the actor whose task is running now (its hooks and handlers), or `None` outside
+/// any actor: the sender a plain `tell` names.
+#[inline]
+pub(crate) fn current_actor_path() -> Option<crate::path::ActorPath> {
+    CURRENT_ACTOR.try_with(Clone::clone).ok()
+}
+
 pub(crate) fn run<A: Actor>(
     cell: Arc<Cell<A::Msg>>,
     props: Props<A>,
@@ -73,6 +90,7 @@ pub(crate) fn run<A: Actor>(
     guardian: bool,
 ) -> impl Future<Output = ()> + Send {
     let ctx = Context::new(Arc::clone(&cell));
+    let path = cell.path.clone();
     let mut runner = Runner {
         cell,
         props,
@@ -84,10 +102,10 @@ pub(crate) fn run<A: Actor>(
         rare: None,
     };
     // An async block, not an `async fn(self)`: the latter would store the runner twice.
-    async move {
+    CURRENT_ACTOR.scope(path, async move {
         runner.live().await;
         Box::pin(runner.terminate()).await;
-    }
+    })
 }
 
 impl<A: Actor> Runner<A> {

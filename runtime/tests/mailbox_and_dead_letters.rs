@@ -350,3 +350,94 @@ async fn a_reply_to_an_asker_that_gave_up_is_an_asker_gone_dead_letter() {
     assert_eq!(dead.recipient.system(), "mb");
     system.shutdown().await;
 }
+
+/// Tells `SinkMsg::Item(n)` to the target it is given, once before and once after an `.await`,
+/// then answers.
+struct Relay;
+
+enum RelayMsg {
+    TellTwice(ActorRef<SinkMsg>, u32, ReplyTo<()>),
+}
+
+impl Actor for Relay {
+    type Msg = RelayMsg;
+
+    async fn handle(&mut self, msg: RelayMsg, _ctx: &mut Context<Self>) -> Result<(), ActorError> {
+        let RelayMsg::TellTwice(target, n, reply) = msg;
+        target.tell(SinkMsg::Item(n));
+        tokio::task::yield_now().await;
+        target.tell(SinkMsg::Item(n + 1));
+        reply.send(());
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tell_from_inside_a_handler_names_the_actor_as_sender_and_one_from_outside_names_none() {
+    let system = ActorSystem::new("mb").unwrap();
+    let mut dead_letters = system.event_stream().subscribe::<DeadLetter>();
+    let actor = sink(&system, MailboxOptions::Unbounded);
+    let relay = system.spawn("relay", Props::new(|| Relay)).unwrap();
+    actor.stop();
+    within("the actor to stop", actor.terminated()).await;
+
+    within(
+        "the relay to tell",
+        relay.ask(|reply| RelayMsg::TellTwice(actor.clone(), 1, reply)),
+    )
+    .await
+    .unwrap();
+    actor.tell(SinkMsg::Item(3));
+    let expected = |sender| DeadLetter {
+        recipient: actor.path().clone(),
+        sender,
+        message_type: std::any::type_name::<SinkMsg>(),
+        reason: DeadLetterReason::RecipientStopped,
+    };
+    assert_eq!(
+        drain(&mut dead_letters),
+        [
+            expected(Some(relay.path().clone())),
+            expected(Some(relay.path().clone())),
+            expected(None),
+        ],
+        "before and after the handler's .await, then from the test (no actor)"
+    );
+    system.shutdown().await;
+}
+
+/// Reports the sender of every item it handles.
+struct SenderProbe(mpsc::UnboundedSender<Option<String>>);
+
+impl Actor for SenderProbe {
+    type Msg = SinkMsg;
+
+    async fn handle(&mut self, _msg: SinkMsg, ctx: &mut Context<Self>) -> Result<(), ActorError> {
+        let _ = self.0.send(ctx.sender().map(ToString::to_string));
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn the_recipient_of_a_tell_from_inside_a_handler_sees_the_teller_as_its_sender() {
+    let system = ActorSystem::new("mb").unwrap();
+    let (tx, mut senders) = mpsc::unbounded_channel();
+    let probe = system
+        .spawn("probe", Props::new(move || SenderProbe(tx.clone())))
+        .unwrap();
+    let relay = system.spawn("relay", Props::new(|| Relay)).unwrap();
+    within(
+        "the relay to tell",
+        relay.ask(|reply| RelayMsg::TellTwice(probe.clone(), 1, reply)),
+    )
+    .await
+    .unwrap();
+    probe.tell(SinkMsg::Item(3));
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        seen.push(within("a sender", senders.recv()).await.unwrap());
+    }
+    let relay_path = Some("troupe://mb/user/relay".to_owned());
+    assert_eq!(seen, [relay_path.clone(), relay_path, None]);
+    system.shutdown().await;
+}

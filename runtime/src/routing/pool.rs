@@ -202,16 +202,19 @@ impl<A: Actor> PoolRouter<A> {
         match logic.select(&ids, key.as_deref().map(str::as_bytes), |i| {
             Some(depths[i].get())
         }) {
-            Selection::One(index) => self.routees[index].tell(message),
+            // Routees see the original sender, not the router.
+            Selection::One(index) => {
+                self.routees[index].tell_quietly(message, ctx.sender().cloned());
+            }
             Selection::All => {
                 let clone = config
                     .clone_message
                     .expect("broadcast is only configurable for Clone messages");
                 if let Some((last, rest)) = self.routees.split_last() {
                     for routee in rest {
-                        routee.tell(clone(&message));
+                        routee.tell_quietly(clone(&message), ctx.sender().cloned());
                     }
-                    last.tell(message);
+                    last.tell_quietly(message, ctx.sender().cloned());
                 }
             }
             Selection::NoRoutees => {

@@ -745,8 +745,8 @@ fn deliver_to_instance<M: RemoteMessage>(
 ) {
     let Payload { message, sender } = payload;
     match (&active.instance, sender) {
-        (Some(instance), Some(sender)) => instance.tell_from(message, &sender),
-        (Some(instance), None) => instance.tell(message),
+        // Exactly the original sender (none stays none, not this manager).
+        (Some(instance), sender) => instance.tell_quietly(message, sender),
         (None, sender) => dead_letter(
             common,
             sender,

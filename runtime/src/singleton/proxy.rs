@@ -192,9 +192,10 @@ impl<M: RemoteMessage> SingletonProxy<M> {
         }
     }
 
-    /// Send `message` to the singleton.
+    /// Send `message` to the singleton; told from inside an actor, it names that actor as its
+    /// sender (like [`crate::ActorRef::tell`]).
     pub fn tell(&self, message: M) {
-        self.send(message, None);
+        self.send(message, crate::task::current_actor_path());
     }
 
     /// Send `message` naming its sender (shown in dead letters, `ctx.sender()` of the instance).
@@ -214,10 +215,7 @@ impl<M: RemoteMessage> SingletonProxy<M> {
                     return;
                 }
                 Some(FastTarget::Remote(manager)) => {
-                    match sender {
-                        Some(sender) => manager.tell_from(message, &sender),
-                        None => manager.tell(message),
-                    }
+                    manager.tell_quietly(message, sender);
                     return;
                 }
                 None => {}
@@ -333,10 +331,7 @@ impl<M: RemoteMessage> ProxyActor<M> {
                     }
                 } else {
                     let manager = self.remote_manager(&node);
-                    match sender {
-                        Some(sender) => manager.tell_from(message, &sender),
-                        None => manager.tell(message),
-                    }
+                    manager.tell_quietly(message, sender);
                 }
             }
             ProxyAction::RequestDrain { node, nonce } => {
