@@ -328,7 +328,8 @@ where
             }
             Action::Start { key } => self.start(key, ctx),
             Action::Deliver { key, item } => match self.active.get(&key) {
-                Some(activation) => activation.tell(item),
+                // Virtual refs carry no sender yet: the host is not one.
+                Some(activation) => activation.tell_quietly(item, None),
                 None => self.dead_letter(ctx, key, VirtualActorFailure::NotStarted),
             },
             Action::Forward { key, to, envelope } => self.forward(key, &to, envelope, ctx),
