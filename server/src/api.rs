@@ -92,6 +92,10 @@ pub fn configure(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
                             .route(get().to(dead_letters::list)),
                     )
                     .service(
+                        resource("/clusters/{cluster}/dead-letters/groups", "GET")
+                            .route(get().to(dead_letters::groups)),
+                    )
+                    .service(
                         resource("/clusters/{cluster}/dead-letters/per-minute", "GET")
                             .route(get().to(dead_letters::per_minute)),
                     )

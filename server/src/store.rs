@@ -42,9 +42,9 @@ pub use audit::{AuditFilter, AuditOutcome, AuditRow, AuditScope, MAX_REFUSED, Ne
 pub use error::StoreError;
 pub use grants::SqliteGrants;
 pub use model::{
-    AgentRow, ClusterRow, ClusterSnapshot, DeadLetterRow, DepthTickRow, EventRow, IngestOutcome,
-    MemberRow, MinuteCount, RouterRow, SILENT_HEALTH, SingletonRow, StreamDeadLetterRow,
-    StreamPosition, Totals, current_incarnations, string_list,
+    AgentRow, ClusterRow, ClusterSnapshot, DeadLetterGroup, DeadLetterRow, DepthTickRow, EventRow,
+    IngestOutcome, MemberRow, MinuteCount, RouterRow, SILENT_HEALTH, SingletonRow,
+    StreamDeadLetterRow, StreamPosition, Totals, current_incarnations, string_list,
 };
 pub use partitions::{DAYS_AHEAD, DayPartition, LOCK_TIMEOUT, PARTITIONED_TABLES, partition_name};
 
@@ -127,7 +127,8 @@ pub struct EventFilter {
     pub limit: i64,
 }
 
-/// Filters for [`Store::dead_letters`] and [`Store::dead_letter_counts`].
+/// Filters for [`Store::dead_letters`], [`Store::dead_letter_groups`] and
+/// [`Store::dead_letter_counts`].
 #[derive(Debug, Clone, Default)]
 pub struct DeadLetterFilter {
     /// Only this recipient path.
@@ -140,7 +141,7 @@ pub struct DeadLetterFilter {
     pub until_ms: Option<i64>,
     /// Only dead letters before this `(at_ms, id)` position (cursor).
     pub before: Option<(i64, i64)>,
-    /// Page size.
+    /// Page size (of groups, for [`Store::dead_letter_groups`]).
     pub limit: i64,
 }
 
@@ -536,6 +537,26 @@ impl Store {
             .fetch_all(pool)
             .await?;
         Ok(Some(lines.join("\n")))
+    }
+
+    /// A cluster's dead letters that pass `filter` (its cursor apart), counted per recipient and
+    /// reason: at most `filter.limit` groups, the biggest first (ties by recipient, reason).
+    ///
+    /// One `GROUP BY` over the range's rows (the time index, and on PostgreSQL only the range's
+    /// day partitions), so its cost grows with the dead letters in the range.
+    pub async fn dead_letter_groups(
+        &self,
+        cluster_id: i64,
+        filter: &DeadLetterFilter,
+    ) -> Result<Vec<DeadLetterGroup>, StoreError> {
+        Ok(with_pool!(self, |pool| {
+            let mut q = sqlx::QueryBuilder::new(sql::DEAD_LETTER_GROUPS_SELECT);
+            q.push_bind(cluster_id);
+            push_dead_letter_filter(&mut q, filter);
+            q.push(sql::DEAD_LETTER_GROUPS_ORDER)
+                .push_bind(filter.limit);
+            q.build_query_as().fetch_all(pool).await?
+        }))
     }
 
     /// Dead letters per minute over the filter's time range (whole minutes), oldest first.

@@ -282,15 +282,26 @@ impl BatchBuilder {
         self.event(at_ms, kind(change))
     }
 
-    /// Adds a dead letter.
+    /// Adds a dead letter (from `/user/sender`, because the recipient stopped).
     pub fn dead_letter(self, at_ms: i64, recipient: &str, message_type: &str) -> Self {
+        self.dead_letter_because(at_ms, recipient, message_type, "recipient stopped")
+    }
+
+    /// Adds a dead letter (from `/user/sender`) with its reason.
+    pub fn dead_letter_because(
+        self,
+        at_ms: i64,
+        recipient: &str,
+        message_type: &str,
+        reason: &str,
+    ) -> Self {
         self.event(
             at_ms,
             EventBody::DeadLetter(DeadLetterEvent {
                 recipient: recipient.to_owned(),
                 sender: Some("/user/sender".to_owned()),
                 message_type: message_type.to_owned(),
-                reason: "recipient stopped".to_owned(),
+                reason: reason.to_owned(),
             }),
         )
     }

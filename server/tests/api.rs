@@ -28,6 +28,7 @@ troupe_server::on_every_store!(
     members_show_status_roles_reachability_leader_health_and_drops,
     events_page_with_cursor_and_reject_unknown_kinds,
     dead_letters_filter_and_count_per_minute,
+    dead_letters_group_by_recipient_and_reason_and_say_when_there_are_more,
     singleton_shows_host_lease_and_hand_over_history,
     routers_show_routees_and_a_bucketed_depth_series,
     unknown_cluster_is_404,
@@ -515,6 +516,50 @@ async fn dead_letters_filter_and_count_per_minute(store: Store) {
     );
 }
 
+async fn dead_letters_group_by_recipient_and_reason_and_say_when_there_are_more(store: Store) {
+    let app = service!(state(store.clone(), |_| {}));
+    let batch = BatchBuilder::new("app", "a:1", 1)
+        .dead_letter_because(1_000, "/user/a", "A", "recipient stopped")
+        .dead_letter_because(2_000, "/user/a", "B", "recipient stopped")
+        .dead_letter_because(3_000, "/user/b", "A", "mailbox full")
+        .dead_letter_because(70_000, "/user/a", "A", "recipient stopped")
+        .build();
+    call_service(&app, ingest_request(json_of(&batch), Some(INGEST))).await;
+    let groups = get_json(
+        &app,
+        "/api/v1/clusters/app/dead-letters/groups?since=0&until=60000",
+    )
+    .await;
+    assert_eq!(
+        groups,
+        json!({"groups": [
+            {"recipient": "/user/a", "reason": "recipient stopped", "count": 2, "last_at": "1970-01-01T00:00:02Z"},
+            {"recipient": "/user/b", "reason": "mailbox full", "count": 1, "last_at": "1970-01-01T00:00:03Z"},
+        ], "truncated": false})
+    );
+    let typed = get_json(
+        &app,
+        "/api/v1/clusters/app/dead-letters/groups?since=0&message_type=A&limit=1",
+    )
+    .await;
+    assert_eq!(
+        typed,
+        json!({"groups": [
+            {"recipient": "/user/a", "reason": "recipient stopped", "count": 2, "last_at": "1970-01-01T00:01:10Z"},
+        ], "truncated": true})
+    );
+    let bad = call_service(
+        &app,
+        TestRequest::get()
+            .uri("/api/v1/clusters/app/dead-letters/groups?limit=0")
+            .to_request(),
+    )
+    .await;
+    assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+    let message = body_json(bad).await.to_string();
+    assert!(message.contains("limit"), "{message}");
+}
+
 async fn singleton_shows_host_lease_and_hand_over_history(store: Store) {
     let app = service!(state(store.clone(), |_| {}));
     let instance = SingletonInstance {
@@ -663,6 +708,7 @@ async fn openapi_document_describes_every_route_and_the_docs_page_works_offline(
         "/api/v1/clusters/{cluster}/events",
         "/api/v1/events/stream",
         "/api/v1/clusters/{cluster}/dead-letters",
+        "/api/v1/clusters/{cluster}/dead-letters/groups",
         "/api/v1/clusters/{cluster}/dead-letters/per-minute",
         "/api/v1/clusters/{cluster}/singletons",
         "/api/v1/clusters/{cluster}/singletons/{name}",

@@ -24,6 +24,7 @@ const INGEST: &str = "ingest-secret";
 troupe_server::on_every_store!(
     every_page_renders_the_seeded_history_and_links_pages_together,
     overlapping_singleton_instances_raise_a_warning,
+    dead_letters_page_counts_per_recipient_and_reason_before_the_rows,
     xss_payloads_in_every_field_and_filter_render_only_escaped,
 );
 
@@ -193,6 +194,74 @@ fn seed(t: i64) -> Vec<ReportBatch> {
         )
         .build();
     vec![first, second]
+}
+
+/// The `<tr>`s of the table with `class` in `page`, as text.
+fn table_rows<'a>(page: &'a str, class: &str) -> Vec<&'a str> {
+    let start = page
+        .find(&format!("<table class=\"{class}\">"))
+        .unwrap_or_else(|| panic!("no table {class}: {page}"));
+    let table = &page[start..start + page[start..].find("</table>").unwrap()];
+    table.split("<tr>").skip(2).collect()
+}
+
+async fn dead_letters_page_counts_per_recipient_and_reason_before_the_rows(store: Store) {
+    let app = service!(state(store));
+    let t = now();
+    let batch = BatchBuilder::new("prod", "10.0.0.1:2552", 1)
+        .sent_at(t)
+        .dead_letter_because(t - 50_000, "/user/gone", "OrderPlaced", "recipient stopped")
+        .dead_letter_because(t - 40_000, "/user/gone", "OrderPaid", "recipient stopped")
+        .dead_letter_because(t - 30_000, "/user/busy", "OrderPlaced", "mailbox full")
+        .dead_letter_because(t - 20_000, "/user/gone", "OrderPlaced", "recipient stopped")
+        // Outside the 15-minute range.
+        .dead_letter_because(
+            t - 1_800_000,
+            "/user/old",
+            "OrderPlaced",
+            "recipient stopped",
+        )
+        .build();
+    ingest!(app, batch);
+    let (status, _, page) = get!(app, "/ui/dead-letters?cluster=prod&range=15m");
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let groups = table_rows(&page, "dead-letter-groups");
+    assert_eq!(groups.len(), 2, "{page}");
+    for (row, (recipient, reason, count)) in groups.iter().zip([
+        ("/user/gone", "recipient stopped", "3"),
+        ("/user/busy", "mailbox full", "1"),
+    ]) {
+        assert!(
+            row.contains(&format!(">{recipient}</a>"))
+                && row.contains(&format!("<td>{reason}</td>"))
+                && row.contains(&format!("<td class=\"num\">{count}</td>")),
+            "{recipient} {reason} {count}: {row}"
+        );
+    }
+    assert!(
+        groups[0]
+            .contains("/ui/dead-letters?cluster=prod&#38;range=15m&#38;recipient=%2Fuser%2Fgone"),
+        "a group links to its recipient's rows: {}",
+        groups[0]
+    );
+    assert!(
+        page.find("dead-letter-groups").unwrap()
+            < page.find("<table class=\"dead-letters\">").unwrap(),
+        "groups come before the rows"
+    );
+    assert_eq!(table_rows(&page, "dead-letters").len(), 4);
+
+    let (_, _, typed) = get!(
+        app,
+        "/ui/dead-letters?cluster=prod&range=15m&message_type=OrderPlaced"
+    );
+    let groups = table_rows(&typed, "dead-letter-groups");
+    assert!(
+        groups.len() == 2 && groups[0].contains("/user/gone") && groups[0].contains(">2</td>"),
+        "the exact filters narrow the groups: {typed}"
+    );
+    let (_, _, wide) = get!(app, "/ui/dead-letters?cluster=prod&range=1h");
+    assert_eq!(table_rows(&wide, "dead-letter-groups").len(), 3, "{wide}");
 }
 
 async fn every_page_renders_the_seeded_history_and_links_pages_together(store: Store) {

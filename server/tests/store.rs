@@ -47,6 +47,7 @@ store_suite!(
     router_keeps_its_strategy_and_latest_routees,
     events_page_newest_first_with_a_cursor_and_filters,
     dead_letters_filter_by_recipient_and_type_and_count_per_minute,
+    dead_letters_group_by_recipient_and_reason_over_the_range_and_filters_biggest_first,
     dropped_counts_keep_the_largest_running_total,
     agent_health_is_the_latest_reported,
     retention_deletes_only_history_older_than_the_cutoff,
@@ -413,6 +414,88 @@ async fn dead_letters_filter_by_recipient_and_type_and_count_per_minute(store: &
         .unwrap();
     let counts: Vec<_> = counts.iter().map(|c| (c.minute_ms, c.count)).collect();
     assert_eq!(counts, [(0, 2), (60_000, 2)]);
+}
+
+async fn dead_letters_group_by_recipient_and_reason_over_the_range_and_filters_biggest_first(
+    store: &Store,
+) {
+    let stopped = "recipient stopped";
+    let full = "mailbox full";
+    let batch = BatchBuilder::new("app", "a:1", 1)
+        .dead_letter_because(1_000, "/user/a", "A", stopped)
+        .dead_letter_because(2_000, "/user/a", "B", stopped)
+        .dead_letter_because(3_000, "/user/a", "A", full)
+        .dead_letter_because(4_000, "/user/b", "A", stopped)
+        .dead_letter_because(5_000, "/user/b", "A", stopped)
+        .dead_letter_because(6_000, "/user/b", "B", stopped)
+        .dead_letter_because(90_000, "/user/c", "A", full)
+        .build();
+    store.ingest(&batch, 100_000).await.unwrap();
+    // A second agent's dead letters count into the same groups.
+    let other = BatchBuilder::new("app", "b:1", 1)
+        .dead_letter_because(7_000, "/user/a", "A", full)
+        .build();
+    store.ingest(&other, 100_000).await.unwrap();
+    let cid = cluster_id(store, "app").await;
+    let groups = |filter: DeadLetterFilter| async move {
+        store
+            .dead_letter_groups(cid, &filter)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|g| (g.recipient, g.reason, g.count, g.last_ms))
+            .collect::<Vec<_>>()
+    };
+    let group = |recipient: &str, reason: &str, count, last_ms| {
+        (recipient.to_owned(), reason.to_owned(), count, last_ms)
+    };
+    let first_minute = DeadLetterFilter {
+        since_ms: Some(0),
+        until_ms: Some(60_000),
+        limit: 100,
+        ..DeadLetterFilter::default()
+    };
+    assert_eq!(
+        groups(first_minute.clone()).await,
+        [
+            group("/user/b", stopped, 3, 6_000),
+            group("/user/a", full, 2, 7_000),
+            group("/user/a", stopped, 2, 2_000),
+        ],
+        "the range leaves /user/c out; ties go by recipient, then reason"
+    );
+    assert_eq!(
+        groups(DeadLetterFilter {
+            message_type: Some("A".into()),
+            ..first_minute.clone()
+        })
+        .await,
+        [
+            group("/user/a", full, 2, 7_000),
+            group("/user/b", stopped, 2, 5_000),
+            group("/user/a", stopped, 1, 1_000),
+        ]
+    );
+    assert_eq!(
+        groups(DeadLetterFilter {
+            recipient: Some("/user/a".into()),
+            limit: 1,
+            ..first_minute
+        })
+        .await,
+        [group("/user/a", full, 2, 7_000)],
+        "the limit keeps the biggest"
+    );
+    assert_eq!(
+        groups(DeadLetterFilter {
+            limit: 100,
+            ..DeadLetterFilter::default()
+        })
+        .await
+        .len(),
+        4,
+        "no range: all of them"
+    );
 }
 
 async fn dropped_counts_keep_the_largest_running_total(store: &Store) {

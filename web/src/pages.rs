@@ -493,6 +493,21 @@ pub struct DeadLetterView {
     pub node_href: String,
 }
 
+/// Dead letters of one recipient and reason, in the range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetterGroupView {
+    /// Where they were going.
+    pub recipient: String,
+    /// Filter by this recipient.
+    pub recipient_href: String,
+    /// Why.
+    pub reason: String,
+    /// How many.
+    pub count: String,
+    /// The newest of them.
+    pub last: TimeText,
+}
+
 /// Dead letters: searchable table and rate.
 #[derive(Debug, Template)]
 #[template(path = "dead_letters.html")]
@@ -511,6 +526,10 @@ pub struct DeadLettersPage {
     pub chart: Chart,
     /// Dead letters in the range.
     pub total: String,
+    /// Counts per recipient and reason over the range and exact filters, the biggest first.
+    pub groups: Vec<DeadLetterGroupView>,
+    /// There are more groups than shown.
+    pub groups_truncated: bool,
     /// Rows, newest first.
     pub rows: Vec<DeadLetterView>,
     /// How many dead letters the search looked through.

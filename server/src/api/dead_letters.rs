@@ -1,4 +1,5 @@
-//! `GET /api/v1/clusters/{cluster}/dead-letters` and `…/dead-letters/per-minute`.
+//! `GET /api/v1/clusters/{cluster}/dead-letters`, `…/dead-letters/groups` and
+//! `…/dead-letters/per-minute`.
 
 use crate::json::JsonBody;
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -11,7 +12,7 @@ use crate::error::{ApiError, ErrorBody};
 use crate::paging::{next_cursor, page_size, parse_cursor};
 use crate::request::query;
 use crate::state::AppState;
-use crate::store::{DeadLetterFilter, DeadLetterRow};
+use crate::store::{DeadLetterFilter, DeadLetterGroup, DeadLetterRow};
 use crate::time::{datetime, now_ms, parse_time};
 
 /// A dead letter.
@@ -56,6 +57,39 @@ pub struct DeadLetterPage {
     pub next_cursor: Option<String>,
 }
 
+/// Dead letters of one recipient and reason.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeadLetterGroupDto {
+    /// Where the messages were going.
+    pub recipient: String,
+    /// Why they were not delivered.
+    pub reason: String,
+    /// How many in the range.
+    pub count: i64,
+    /// When the newest of them happened.
+    pub last_at: DateTime<Utc>,
+}
+
+impl From<DeadLetterGroup> for DeadLetterGroupDto {
+    fn from(group: DeadLetterGroup) -> Self {
+        Self {
+            recipient: group.recipient,
+            reason: group.reason,
+            count: group.count,
+            last_at: datetime(group.last_ms),
+        }
+    }
+}
+
+/// Dead letters counted per recipient and reason.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeadLetterGroups {
+    /// The groups, the biggest first (ties by recipient, then reason); at most `limit`.
+    pub groups: Vec<DeadLetterGroupDto>,
+    /// There are more groups than `limit`: narrow the range or filter by recipient or type.
+    pub truncated: bool,
+}
+
 /// Dead letters in one minute.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct MinuteCountDto {
@@ -84,7 +118,8 @@ pub struct DeadLettersQuery {
     /// Only this message type.
     #[param(min_length = 1)]
     pub message_type: Option<String>,
-    /// From this time (RFC 3339 or epoch ms, inclusive); per-minute counts default to the last hour.
+    /// From this time (RFC 3339 or epoch ms, inclusive); groups and per-minute counts default to
+    /// the last hour.
     #[param(value_type = Option<crate::api::schemas::TimeParameter>)]
     pub since: Option<String>,
     /// Until this time (RFC 3339 or epoch ms, exclusive).
@@ -93,7 +128,7 @@ pub struct DeadLettersQuery {
     /// `next_cursor` of the previous page (list only).
     #[param(value_type = Option<crate::api::schemas::PageCursor>)]
     pub cursor: Option<String>,
-    /// Page size, 1..=1000 (default 100; list only).
+    /// Page size, 1..=1000 (default 100): dead letters of the list, groups of the grouping.
     #[param(minimum = 1, maximum = 1000, default = 100)]
     pub limit: Option<i64>,
 }
@@ -136,6 +171,42 @@ pub async fn list(
     }))
 }
 
+/// The filter's `since`, or an hour before its `until` (now when absent).
+fn default_to_the_last_hour(filter: &mut DeadLetterFilter) {
+    if filter.since_ms.is_none() {
+        filter.since_ms = Some(filter.until_ms.unwrap_or_else(now_ms) - 3_600_000);
+    }
+}
+
+/// A cluster's dead letters counted per recipient and reason, the biggest group first
+/// (default range: the last hour).
+#[utoipa::path(get, path = "/api/v1/clusters/{cluster}/dead-letters/groups", operation_id = "groupDeadLetters", tag = "dead letters",
+    params(("cluster" = String, Path, description = "Cluster key, or a name only one cluster has (409 when several share it; see getCluster)"), DeadLettersQuery),
+    responses((status = 200, body = DeadLetterGroups),
+              (status = 400, description = "A bad time, cursor or limit", body = ErrorBody),
+              (status = 404, description = "No such cluster", body = ErrorBody),
+              (status = 503, description = "Store unavailable; retry", body = ErrorBody)))]
+pub async fn groups(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    cluster: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let query: DeadLettersQuery = query(&req)?;
+    let mut filter = filter(&query)?;
+    default_to_the_last_hour(&mut filter);
+    let cluster = find_cluster(&state, &cluster).await?;
+    let limit = filter.limit;
+    // One more than asked tells whether there are more.
+    filter.limit += 1;
+    let mut groups = state.store.dead_letter_groups(cluster.id, &filter).await?;
+    let truncated = groups.len() as i64 > limit;
+    groups.truncate(limit as usize);
+    Ok(HttpResponse::Ok().json_body(DeadLetterGroups {
+        groups: groups.into_iter().map(Into::into).collect(),
+        truncated,
+    }))
+}
+
 /// Dead letters per minute (default: the last hour).
 #[utoipa::path(get, path = "/api/v1/clusters/{cluster}/dead-letters/per-minute", operation_id = "countDeadLettersPerMinute", tag = "dead letters",
     params(("cluster" = String, Path, description = "Cluster key, or a name only one cluster has (409 when several share it; see getCluster)"), DeadLettersQuery),
@@ -150,9 +221,7 @@ pub async fn per_minute(
 ) -> Result<HttpResponse, ApiError> {
     let query: DeadLettersQuery = query(&req)?;
     let mut filter = filter(&query)?;
-    if filter.since_ms.is_none() {
-        filter.since_ms = Some(filter.until_ms.unwrap_or_else(now_ms) - 3_600_000);
-    }
+    default_to_the_last_hour(&mut filter);
     let cluster = find_cluster(&state, &cluster).await?;
     let counts = state.store.dead_letter_counts(cluster.id, &filter).await?;
     let total = counts.iter().map(|c| c.count).sum();

@@ -53,6 +53,7 @@ use crate::viewer::Route;
         super::events::list,
         super::stream::stream,
         super::dead_letters::list,
+        super::dead_letters::groups,
         super::dead_letters::per_minute,
         super::singletons::list,
         super::singletons::one,

@@ -188,6 +188,19 @@ pub struct ClusterSnapshot {
     pub position: StreamPosition,
 }
 
+/// Dead letters of one recipient and reason.
+#[derive(Debug, Clone, PartialEq, Eq, FromRow)]
+pub struct DeadLetterGroup {
+    /// Where the messages were going.
+    pub recipient: String,
+    /// Why they were not delivered.
+    pub reason: String,
+    /// How many.
+    pub count: i64,
+    /// When the newest of them happened.
+    pub last_ms: i64,
+}
+
 /// Dead letters in one minute.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, FromRow)]
 pub struct MinuteCount {

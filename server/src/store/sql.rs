@@ -214,6 +214,16 @@ SELECT d.id, d.at_ms, d.recipient, d.sender, d.message_type, d.reason, a.node
 FROM dead_letters d JOIN agents a ON a.id = d.agent_id
 WHERE d.cluster_id = ";
 
+/// Followed by the bound cluster id, optional filters and [`DEAD_LETTER_GROUPS_ORDER`].
+pub(crate) const DEAD_LETTER_GROUPS_SELECT: &str = "\
+SELECT d.recipient, d.reason, CAST(COUNT(*) AS BIGINT) AS count, MAX(d.at_ms) AS last_ms
+FROM dead_letters d
+WHERE d.cluster_id = ";
+
+/// The grouping of [`DEAD_LETTER_GROUPS_SELECT`], biggest first; followed by the bound limit.
+pub(crate) const DEAD_LETTER_GROUPS_ORDER: &str =
+    " GROUP BY d.recipient, d.reason ORDER BY count DESC, d.recipient, d.reason LIMIT ";
+
 /// Followed by the bound cluster id, optional filters and the grouping.
 pub(crate) const DEAD_LETTER_COUNTS_SELECT: &str = "\
 SELECT d.minute_ms, CAST(SUM(d.count) AS BIGINT) AS count

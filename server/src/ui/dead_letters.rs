@@ -1,4 +1,10 @@
-//! `GET /ui/dead-letters`: a searchable table of dead letters and their rate per minute.
+//! `GET /ui/dead-letters`: dead letters counted per recipient and reason, their rate per minute
+//! and a searchable table of them.
+//!
+//! # Groups
+//! The counts per recipient and reason are one `GROUP BY` over the range and the exact
+//! filters (not the free-text search, which only looks at the newest rows); the biggest
+//! [`GROUPS`] are shown.
 //!
 //! # Search
 //! Exact recipient and message-type filters go to the database (indexed). The free-text
@@ -9,7 +15,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 use troupe_web::chart::Chart;
 use troupe_web::format::{TimeText, count, href};
-use troupe_web::pages::{DeadLetterView, DeadLettersPage, Section};
+use troupe_web::pages::{DeadLetterGroupView, DeadLetterView, DeadLettersPage, Section};
 
 use super::page::{self, Context, UiError};
 use super::window::DEFAULT_RANGE_MS;
@@ -18,6 +24,8 @@ use crate::store::{DeadLetterFilter, DeadLetterRow};
 
 /// Rows shown.
 const ROWS: usize = 200;
+/// Recipient-and-reason groups shown.
+const GROUPS: i64 = 20;
 /// Rows a free-text search looks through.
 const SEARCH_ROWS: i64 = 2_000;
 /// Bars of the rate chart at most.
@@ -83,6 +91,8 @@ async fn build(state: &AppState, req: &HttpRequest) -> Result<DeadLettersPage, U
         ranges: window.choices(),
         chart: Chart::bars(since_ms, until_ms, bucket_ms, "dead letters", &[]),
         total: "0".to_owned(),
+        groups: Vec::new(),
+        groups_truncated: false,
         rows: Vec::new(),
         searched: 0,
         search_limited: false,
@@ -119,16 +129,37 @@ async fn build(state: &AppState, req: &HttpRequest) -> Result<DeadLettersPage, U
         "dead letters",
         &rebucket(&minutes, since_ms, bucket_ms),
     );
-    let rows = state.store.dead_letters(cluster.id, &filter).await?;
-    page.searched = rows.len();
-    page.search_limited = rows.len() as i64 == filter.limit && !q.is_empty();
-    let needle = q.to_lowercase();
     let link = |name: &str, value: &str| {
         href(
             Section::DeadLetters.path(),
             &[("cluster", &cluster_name), ("range", &range), (name, value)],
         )
     };
+    // One more than shown tells whether there are more.
+    let groups_filter = DeadLetterFilter {
+        limit: GROUPS + 1,
+        ..filter.clone()
+    };
+    let groups = state
+        .store
+        .dead_letter_groups(cluster.id, &groups_filter)
+        .await?;
+    page.groups_truncated = groups.len() as i64 > GROUPS;
+    page.groups = groups
+        .iter()
+        .take(GROUPS as usize)
+        .map(|g| DeadLetterGroupView {
+            recipient_href: link("recipient", &g.recipient),
+            recipient: g.recipient.clone(),
+            reason: g.reason.clone(),
+            count: count(g.count),
+            last: TimeText::at(g.last_ms),
+        })
+        .collect();
+    let rows = state.store.dead_letters(cluster.id, &filter).await?;
+    page.searched = rows.len();
+    page.search_limited = rows.len() as i64 == filter.limit && !q.is_empty();
+    let needle = q.to_lowercase();
     page.rows = rows
         .iter()
         .filter(|r| matches(r, &needle))
