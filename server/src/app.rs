@@ -60,7 +60,8 @@ pub enum AppError {
 }
 
 /// The coordination API's backends as configured: etcd when `--etcd-endpoints` is set, else
-/// the PostgreSQL store, else in memory (SQLite: single-replica development only).
+/// the PostgreSQL store, else the SQLite store (grants durable in its file, the directory in
+/// memory: a single replica).
 pub async fn coordination_backend(
     config: &Config,
     store: &Store,
@@ -101,9 +102,17 @@ pub async fn coordination_backend(
             "postgres",
         ));
     }
-    tracing::warn!(
-        "coordination API kept in memory (SQLite store, no --etcd-endpoints): single replica only, grants lost on restart"
-    );
+    if let Some(grants) = store.sqlite_grants() {
+        tracing::warn!(
+            "coordination grants kept in the SQLite file (they survive a restart), the actor directory in memory (lost on restart); single replica only"
+        );
+        return Ok(Coordination::new(
+            Arc::new(grants),
+            Arc::new(InMemoryDirectory::new()),
+            "sqlite",
+        ));
+    }
+    tracing::warn!("coordination API kept in memory: single replica only, grants lost on restart");
     Ok(Coordination::new(
         Arc::new(InMemoryLeaseArbiter::new(LeaseSettings::default())),
         Arc::new(InMemoryDirectory::new()),

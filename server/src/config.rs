@@ -133,8 +133,9 @@ pub struct Config {
     pub coordination_token: Option<String>,
 
     /// etcd endpoints (comma-separated) backing the coordination API. Unset: it is backed by
-    /// the server's PostgreSQL database (--database-url), or, on SQLite, kept in memory
-    /// (single-replica development only: grants and claims are lost on restart).
+    /// the server's PostgreSQL database (--database-url), or, on SQLite, lease grants are kept
+    /// in the SQLite file (they survive a restart) and directory claims in memory (lost on
+    /// restart); a single replica.
     #[arg(long, env = "TROUPE_ETCD_ENDPOINTS", value_delimiter = ',')]
     pub etcd_endpoints: Vec<String>,
 

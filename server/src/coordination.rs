@@ -3,7 +3,8 @@
 //!
 //! # Leases through the server
 //! A grant lives wholly at the backend ([`StoredGrants`]: a row of the PostgreSQL `leases`
-//! table with its TTL, a key on an etcd lease, an entry of the in-memory arbiter); this
+//! table with its TTL, a key on an etcd lease, a row of the SQLite store's
+//! `coordination_leases` ([`crate::store::SqliteGrants`]), an entry of the in-memory arbiter); this
 //! process keeps nothing about it. So any replica serves a renewal or release of a grant
 //! another one made, and a replica restart ends no grant. Each renewal makes the grant live
 //! its TTL from now, judged by the backend's clock (PostgreSQL's `now()`, etcd's lease TTL),
@@ -61,7 +62,7 @@ impl Coordination {
         }
     }
 
-    /// Which backend serves (`etcd`, `postgres`, `in-memory`).
+    /// Which backend serves (`etcd`, `postgres`, `sqlite`, `in-memory`).
     #[must_use]
     pub fn backend(&self) -> &'static str {
         self.backend

@@ -18,6 +18,7 @@
 
 mod audit;
 mod error;
+mod grants;
 mod ingest;
 mod model;
 mod partitions;
@@ -39,6 +40,7 @@ use troupe_protocol::{OperationKind, ReportBatch};
 
 pub use audit::{AuditFilter, AuditOutcome, AuditRow, AuditScope, MAX_REFUSED, NewAuditEntry};
 pub use error::StoreError;
+pub use grants::SqliteGrants;
 pub use model::{
     AgentRow, ClusterRow, ClusterSnapshot, DeadLetterGroup, DeadLetterRow, DepthTickRow, EventRow,
     IngestOutcome, MemberRow, MinuteCount, RouterRow, SILENT_HEALTH, SingletonRow,
@@ -221,6 +223,16 @@ impl Store {
         match self.backend {
             Backend::Postgres(_) => BackendKind::Postgres,
             Backend::Sqlite(_) => BackendKind::Sqlite,
+        }
+    }
+
+    /// The coordination grants kept in the SQLite file (none on PostgreSQL, whose grants live
+    /// in the coordination schema).
+    #[must_use]
+    pub fn sqlite_grants(&self) -> Option<SqliteGrants> {
+        match &self.backend {
+            Backend::Postgres(_) => None,
+            Backend::Sqlite(pool) => Some(SqliteGrants::new(pool.clone())),
         }
     }
 

@@ -1,6 +1,7 @@
 //! The coordination API (`/api/v1/coordination/…`) through the HTTP client of
 //! troupe-coordination: the shared conformance suite against a real server backed by
-//! PostgreSQL (`TROUPE_TEST_DATABASE_URL`) and by etcd (`TROUPE_TEST_ETCD_ENDPOINTS`); every
+//! PostgreSQL (`TROUPE_TEST_DATABASE_URL`), by etcd (`TROUPE_TEST_ETCD_ENDPOINTS`) and by the
+//! SQLite store's grants (the directory in memory); every
 //! route refuses a missing or wrong token; malformed input gets 400 saying what is allowed; a
 //! client cut off from the server reports the loss before another owner can acquire.
 
@@ -125,7 +126,7 @@ mod etcd {
     troupe_lease::conformance_tests!(through_server);
 }
 
-mod in_memory {
+mod sqlite {
     use super::*;
 
     async fn through_server() -> Backend {
@@ -134,7 +135,7 @@ mod in_memory {
         let settings =
             LeaseSettings::new(Duration::from_secs(1), Duration::from_millis(250)).unwrap();
         Backend::new(
-            "http+in-memory",
+            "http+sqlite",
             Arc::new(client.leases()),
             Arc::new(client.directory()),
             settings,
@@ -485,8 +486,8 @@ async fn bad_lease_input_gets_400_with_the_shared_message(store: Store, backend:
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_lease_input_gets_the_shared_400_on_the_in_memory_backend() {
-    bad_lease_input_gets_400_with_the_shared_message(Store::Sqlite, "in-memory").await;
+async fn bad_lease_input_gets_the_shared_400_on_sqlite() {
+    bad_lease_input_gets_400_with_the_shared_message(Store::Sqlite, "sqlite").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -22,7 +22,8 @@ fn server(path: &PathBuf) -> ServerProcess {
         .args(["--coordination-token", COORDINATION_TOKEN])
         .arg("--sqlite-path")
         .arg(path)
-        .args(["--shutdown-timeout-secs", "5", "--workers", "2"]);
+        .args(["--shutdown-timeout-secs", "5", "--workers", "2"])
+        .env_remove("TROUPE_ETCD_ENDPOINTS");
     ServerProcess::spawn(command)
 }
 
@@ -74,7 +75,11 @@ async fn a_grant_on_sqlite_survives_a_sigkill_and_restart_and_still_expires_one_
 
     let mut first = server(&path);
     let (status, grant) = lease_call(&client, &first, "acquire", acquire_body("agent-1")).await;
-    assert_eq!((status, &grant["granted"]), (200, &serde_json::json!(true)), "{grant}");
+    assert_eq!(
+        (status, &grant["granted"]),
+        (200, &serde_json::json!(true)),
+        "{grant}"
+    );
     let token = grant["token"].as_str().expect("a token").to_owned();
     let shown: serde_json::Value = client
         .get(first.url(&format!("/api/v1/coordination/leases/{LEASE}")))

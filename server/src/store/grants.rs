@@ -4,8 +4,8 @@
 //!
 //! # Expiry
 //! A grant's row holds its TTL and its expiry in epoch milliseconds (`expires_at_ms`). Every
-//! statement reads the clock once, in SQL (`unixepoch('subsec')`: SQLite answers the same
-//! value for every use within one statement), and judges "expired" as
+//! statement reads the clock in SQL (`julianday('now')` in milliseconds: SQLite answers the
+//! same value for every use within one statement), and judges "expired" as
 //! `expires_at_ms <= now`: an acquire takes over, a renewal or release is refused, `GET` shows
 //! nothing, all by the same comparison. It is the host's wall clock, the only clock that
 //! survives a restart: a clock stepped back lengthens the grants alive by the step, a clock
@@ -29,7 +29,7 @@ use troupe_lease::lease::{FencingToken, LeaseError, LeaseFuture};
 /// The current time in epoch milliseconds, read once per statement.
 macro_rules! now_ms {
     () => {
-        "CAST(unixepoch('subsec') * 1000 AS INTEGER)"
+        "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)"
     };
 }
 
